@@ -1,0 +1,9 @@
+"""Verifiable reward functions, looked up by name from YAML recipes.
+
+A reward function follows TRL's contract: ``f(prompts, completions, completion_ids, **columns) -> list[float | None]``
+(None = unscorable). Register one with :func:`register_reward`; recipes name it in ``reward_funcs``.
+"""
+
+from .registry import available, get_reward, register_reward
+
+__all__ = ["available", "get_reward", "register_reward"]

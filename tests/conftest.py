@@ -1,0 +1,21 @@
+"""Test-wide settings: offline hub, quiet TRL, the repo root importable, and the tiny model fixture."""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> str:
+    """Path of the tiny random Qwen3 saved to disk (TRL reloads models by path)."""
+    from harness import tiny_model_path
+
+    return tiny_model_path()

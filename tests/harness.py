@@ -1,0 +1,136 @@
+"""Shared test harness: a tiny real Qwen3 model, a prompt set, reward functions and a deterministic rollout_func.
+
+Used by the in-process tests and by the multi-process scenario script (so both build identical trainers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+PROMPTS = [
+    "What is 2 + 3?",
+    "Name a prime number larger than 10.",
+    "Sort the letters of 'winnow'.",
+    "Is 91 prime? Answer yes or no.",
+    "Compute 7 * 8.",
+    "Spell 'group' backwards.",
+    "What is the square root of 144?",
+    "Give the next number: 1, 1, 2, 3, 5, ...",
+]
+
+# Settings that every test trainer shares: CPU, fp32, no checkpoints, tiny generations, no clipping so
+# gradients compare exactly.
+BASE_ARGS: dict[str, Any] = dict(
+    use_cpu=True,
+    bf16=False,
+    report_to="none",
+    save_strategy="no",
+    logging_steps=1,
+    num_generations=4,
+    per_device_train_batch_size=8,
+    max_completion_length=8,
+    learning_rate=1e-3,
+    max_grad_norm=0.0,
+    seed=0,
+    temperature=1.0,
+    dataloader_num_workers=0,
+    disable_tqdm=True,
+)
+
+
+def prompt_dataset(n: int = len(PROMPTS)) -> Dataset:
+    """A plain-text prompt dataset with an ``answer`` column (reward functions receive it as a kwarg)."""
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
+    return Dataset.from_dict({"prompt": prompts, "answer": [str(i) for i in range(n)]})
+
+
+def reward_token_parity(completions: list[str], completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
+    """Fraction of even token ids: varies within a group, deterministic given the tokens."""
+    return [sum(1 for t in ids if t % 2 == 0) / max(len(ids), 1) for ids in completion_ids]
+
+
+def reward_length(completions: list[str], completion_ids: list[list[int]], **kwargs: Any) -> list[float]:
+    """Completion length in tokens / 8."""
+    return [len(ids) / 8 for ids in completion_ids]
+
+
+def _digest(*parts: Any) -> int:
+    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "little")
+
+
+def deterministic_rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
+    """A TRL ``rollout_func`` whose completions depend only on (prompt, index within its group).
+
+    Process count, batch split and RNG state do not change what is "sampled", so runs with 1 and 2
+    processes see the same global batch. Completions have 2-8 tokens; every third one has an env span
+    (``env_mask`` 0) to exercise TRL's tool mask; the log-probs are a deterministic function too.
+    """
+    tok = trainer.processing_class
+    out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": []}
+    seen: dict[str, int] = {}
+    for prompt in prompts:
+        text = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+        j = seen.get(text, 0)
+        seen[text] = j + 1
+        seed = _digest(text, j)
+        gen = torch.Generator().manual_seed(seed % (2**63))
+        n = 2 + seed % 7
+        ids = torch.randint(100, 20000, (n,), generator=gen).tolist()
+        if seed % 2 == 0:
+            ids[-1] = tok.eos_token_id if tok.eos_token_id is not None else ids[-1]
+        env_mask = [1] * n
+        if seed % 3 == 0 and n >= 4:
+            env_mask[1:3] = [0, 0]
+        out["prompt_ids"].append(tok(text, add_special_tokens=False)["input_ids"])
+        out["completion_ids"].append(ids)
+        out["logprobs"].append((-torch.rand(n, generator=gen) * 5).tolist())
+        out["env_mask"].append(env_mask)
+    return out
+
+
+def tiny_model_path() -> str:
+    """Path of the cached tiny random Qwen3 (built on first use)."""
+    from trainer.assets import make_tiny_qwen3
+
+    return str(make_tiny_qwen3())
+
+
+def grads_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of every parameter gradient (zeros where none was produced)."""
+    return {
+        n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        for n, p in model.named_parameters()
+        if p.requires_grad
+    }
+
+
+def one_step_loss_and_grads(trainer: Any, generation_seed: int = 1234) -> tuple[dict[str, Any], torch.Tensor, dict]:
+    """Generate one generation batch through the trainer's real ``_prepare_inputs`` and backprop one
+    micro-batch loss, as the training loop does with gradient_accumulation_steps=1.
+
+    Returns (inputs, loss, grads).
+    """
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
+    batch = next(iter(trainer.get_train_dataloader()))
+    torch.manual_seed(generation_seed)
+    inputs = trainer._prepare_inputs(batch)
+    trainer.model.zero_grad(set_to_none=True)
+    loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    return inputs, loss.detach(), grads_of(trainer.model)
+
+
+def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    """Largest elementwise difference between two parameter-name -> tensor maps with the same keys."""
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)

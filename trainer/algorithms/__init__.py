@@ -1,0 +1,1 @@
+"""Pure tensor functions, one file per paper; no TRL / accelerate imports here."""

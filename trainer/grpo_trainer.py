@@ -1,0 +1,170 @@
+"""``WinnowGRPOTrainer``: a thin adapter between TRL's ``GRPOTrainer`` and the stage pipeline.
+
+Data flow of one generation batch (see DESIGN.md): TRL generates and scores; this class gathers the
+batch from every process into a :class:`RolloutBatch`, runs filter -> dropout -> advantage on it (every
+rank computes the same decision), slices its own rows back out and hands TRL's loss per-rollout or
+per-token advantages plus a loss mask from which dropped rollouts are removed -- from the loss *and* from
+its normaliser. No formula lives here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from . import stages
+from .config import ConfigError, WinnowConfig
+from .reward_guard import RewardGuard
+from .rollout_batch import RolloutBatch
+
+# Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
+# leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
+# local mask sum) lose dropped rollouts through the mask alone.
+ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
+
+
+class WinnowGRPOTrainer(GRPOTrainer):
+    """TRL's GRPOTrainer with the winnow stage pipeline. Takes the same arguments; ``args`` must be a
+    :class:`WinnowConfig`."""
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: WinnowConfig | None = None, **kwargs: Any):
+        if not isinstance(args, WinnowConfig):
+            raise TypeError(
+                f"WinnowGRPOTrainer needs args=WinnowConfig(...), got {type(args).__name__}; WinnowConfig takes every "
+                "GRPOConfig field plus the stage selectors"
+            )
+        _validate_runtime(args, kwargs.get("rollout_func"))
+        self._reward_guard = RewardGuard()
+        super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
+        self._stage_needs = stages.required_inputs(args)
+        self._global_rewards_per_func: torch.Tensor | None = None
+
+    # --- TRL override points -------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401
+        """TRL's reward computation (gathered over processes), with reward failures raised on every rank."""
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._reward_guard.raise_if_failed(self.accelerator)
+        self._global_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """TRL's generation and scoring, then the stage pipeline on the global batch (training only;
+        evaluation keeps TRL's plain GRPO batch)."""
+        output = super()._generate_and_score_completions(inputs)
+        if not self.model.training:
+            return output
+        batch = self._build_rollout_batch(output)
+        decision = stages.run_pipeline(batch, self.args)
+        self._apply_decision(output, decision)
+        for name, value in decision.metrics.items():
+            self._metrics["train"][name].append(value)
+        return output
+
+    def _compute_loss(self, model, inputs):
+        """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""
+        return stages.get_stage("loss_variant", self.args.loss_variant).fn(self, model, inputs)
+
+    # --- helpers -------------------------------------------------------------------------------------
+
+    def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
+        """TRL's ``_compute_loss`` with dropped rollouts also out of row-count normalisers.
+
+        TRL divides grpo/sapo/dr_grpo/luspo losses by the number of rows B in the micro-batch. Training on
+        the kept rollouts alone would divide by the kept count instead, i.e. multiply the loss by
+        ``N / N_kept`` (global counts; equal micro-batches). The policy term is linear in the advantage
+        and the KL term linear in beta, so scaling both by that factor gives exactly that loss, while
+        TRL's entropy bonus and logged metrics -- means over the already-masked tokens -- stay as they are.
+        """
+        scale = inputs.get("winnow_loss_scale")
+        if scale is None or self.loss_type not in ROW_NORMALISED_LOSSES:
+            return super()._compute_loss(model, inputs)
+        beta = self.beta
+        self.beta = beta * float(scale)
+        try:
+            return super()._compute_loss(model, {**inputs, "advantages": inputs["advantages"] * scale})
+        finally:
+            self.beta = beta
+
+    def _build_rollout_batch(self, output: dict[str, Any]) -> RolloutBatch:
+        """Gather what the stages need from every process (collective: every rank calls it)."""
+        acc = self.accelerator
+        completion_mask = output["completion_mask"]
+        mask = completion_mask * output["tool_mask"] if "tool_mask" in output else completion_mask
+
+        def gather_rows(t: torch.Tensor | None, pad: float = 0) -> torch.Tensor | None:
+            return None if t is None else acc.gather(acc.pad_across_processes(t.contiguous(), dim=1, pad_index=pad))
+
+        old_logps = entropies = None
+        if self._stage_needs & {"old_logps", "entropies"}:
+            old_logps, entropies = self._old_policy_logps(output, need_entropy="entropies" in self._stage_needs)
+        return RolloutBatch(
+            R_k=self._global_rewards_per_func,
+            reward_weights=self.reward_weights.to(completion_mask.device),
+            reward_names=list(self.reward_func_names),
+            G=self.num_generations,
+            completion_ids=gather_rows(output["completion_ids"], pad=self._tokenizer.pad_token_id),
+            mask=gather_rows(mask.float()),
+            old_logps=gather_rows(old_logps),
+            entropies=gather_rows(entropies),
+        )
+
+    def _old_policy_logps(self, output: dict[str, Any], need_entropy: bool):
+        """Old-policy per-token log-probs (and entropies) at the sampling temperature, local rows.
+
+        Reuses TRL's ``old_per_token_logps`` or the sampler's log-probs (``old_logps_source: sampler``)
+        when they exist; otherwise one no-grad forward of the current policy -- which, before this
+        generation batch's first update, *is* the old policy.
+        """
+        if not need_entropy:
+            if self.args.old_logps_source == "sampler":
+                return output["sampling_per_token_logps"], None
+            if output.get("old_per_token_logps") is not None:
+                return output["old_per_token_logps"], None
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logps, entropies, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                input_ids,
+                attention_mask,
+                output["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+                compute_entropy=need_entropy,
+            )
+        if self.args.old_logps_source == "sampler":
+            logps = output["sampling_per_token_logps"]
+        elif output.get("old_per_token_logps") is not None:
+            logps = output["old_per_token_logps"]
+        return logps, entropies
+
+    def _apply_decision(self, output: dict[str, Any], decision: stages.PipelineOutput) -> None:
+        """Slice this process's rows out of the global decision and write them into TRL's batch dict."""
+        acc = self.accelerator
+        B, T = output["completion_ids"].shape
+        rows = slice(acc.process_index * B, (acc.process_index + 1) * B)
+        advantages = decision.advantages[rows]
+        output["advantages"] = advantages[:, :T] if advantages.dim() == 2 else advantages
+        if bool(decision.keep.all()):
+            return  # nothing removed: TRL's masks and normalisers stay untouched (off means off)
+        keep = decision.keep[rows].unsqueeze(1)
+        tool_mask = output.get("tool_mask")
+        tool_mask = torch.ones_like(output["completion_mask"]) if tool_mask is None else tool_mask
+        output["tool_mask"] = tool_mask * keep.to(tool_mask.dtype)  # loss-only mask: attention is untouched
+        loss_mask = output["completion_mask"] * output["tool_mask"]
+        output["num_items_in_batch"] = acc.gather(loss_mask.sum()).sum()
+        N, kept = decision.keep.numel(), int(decision.keep.sum())
+        output["winnow_loss_scale"] = torch.tensor(N / max(kept, 1), device=advantages.device)
+
+
+def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
+    """Checks that need the trainer's arguments, not just the config; run before any model is loaded."""
+    if args.old_logps_source == "sampler" and not args.use_vllm and rollout_func is None:
+        raise ConfigError(
+            "old_logps_source",
+            "'sampler' needs a generator that returns per-token log-probs, but use_vllm is False and no rollout_func "
+            "was given (local generate returns none)",
+            "set use_vllm=True, pass a rollout_func that returns 'logprobs', or use old_logps_source='policy'",
+        )

@@ -1,0 +1,86 @@
+"""The global batch every stage sees: one generation batch, gathered from all processes.
+
+Stages make group decisions, so they must see whole groups; TRL splits a generation batch across
+processes and micro-steps, so the trainer gathers it first and every rank builds the same
+``RolloutBatch`` (and therefore makes the same decisions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .algorithms.grpo import group_index, group_view
+
+
+@dataclass
+class RolloutBatch:
+    """Gathered tensors of one generation batch (N = all rollouts of all processes, T = padded length).
+
+    Rows are ordered group by group (G consecutive rows share a prompt). Per-token tensors are right
+    padded; ``mask`` is the loss mask (completion mask times TRL's tool/env mask: 1 = model token).
+    """
+
+    R_k: torch.Tensor  # (N, K) reward per reward function, NaN = not scored
+    reward_weights: torch.Tensor  # (K,)
+    reward_names: list[str]
+    G: int  # group size
+    completion_ids: torch.Tensor  # (N, T)
+    mask: torch.Tensor  # (N, T) float loss mask
+    old_logps: torch.Tensor | None = None  # (N, T) log pi_old(y_t) at the sampling temperature
+    entropies: torch.Tensor | None = None  # (N, T) old-policy token entropy at the sampling temperature
+    extras: dict[str, Any] = field(default_factory=dict)  # room for stage inputs (teacher scores, ...)
+    # Running state, updated by the pipeline as stages return.
+    keep: torch.Tensor | None = None  # (N,) bool
+    advantages: torch.Tensor | None = None  # (N,) or (N, T), set by a stage that transforms advantages
+    estimate_advantages: Callable[["RolloutBatch"], torch.Tensor] | None = None
+    _base_advantages: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep is None:
+            self.keep = torch.ones(self.N, dtype=torch.bool, device=self.R_k.device)
+
+    @property
+    def N(self) -> int:
+        """Number of rollouts in the global batch."""
+        return self.R_k.shape[0]
+
+    @property
+    def P(self) -> int:
+        """Number of prompt groups."""
+        return self.N // self.G
+
+    @property
+    def R(self) -> torch.Tensor:
+        """Total (weighted) reward per rollout (N,), NaN where no reward function scored it."""
+        from .algorithms.grpo import total_reward
+
+        return total_reward(self.R_k, self.reward_weights)
+
+    @property
+    def group_index(self) -> torch.Tensor:
+        """Group id of each rollout (N,)."""
+        return group_index(self.N, self.G, device=self.R_k.device)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """Number of loss tokens per rollout (N,)."""
+        return self.mask.sum(dim=1)
+
+    def groups(self, x: torch.Tensor) -> torch.Tensor:
+        """View a per-rollout tensor (N, ...) as (P, G, ...)."""
+        return group_view(x, self.G)
+
+    def base_advantages(self) -> torch.Tensor:
+        """The configured advantage estimator's output, computed once on first use.
+
+        A stage that transforms advantages (GRPODropout's recentering) reads them here; otherwise the
+        pipeline evaluates the estimator after the filter and dropout stages.
+        """
+        if self._base_advantages is None:
+            if self.estimate_advantages is None:
+                raise RuntimeError("RolloutBatch has no advantage estimator attached")
+            self._base_advantages = self.estimate_advantages(self)
+        return self._base_advantages

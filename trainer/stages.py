@@ -1,0 +1,203 @@
+"""Stage registries and the pipeline filter -> dropout -> advantage.
+
+A stage is one function plus one registration::
+
+    @register_stage("rollout_filter", "my_filter", needs={"entropies"}, group_level=True)
+    def my_filter(batch: RolloutBatch, args) -> StageResult:
+        ...
+
+Kinds:
+- ``rollout_filter``: group level, returns a keep mask over rollouts (whole groups).
+- ``rollout_dropout``: rollout level, returns a keep mask and optionally transformed advantages
+  (it may read ``batch.base_advantages()``, the configured estimator's output).
+- ``advantage``: the estimator, returns advantages (N,) or per-token (N, T).
+- ``loss_variant``: ``fn(trainer, model, inputs) -> loss`` replacing TRL's ``_compute_loss`` for one
+  micro-batch (the default, ``none``, is TRL's loss unchanged).
+
+``needs`` names inputs the trainer must compute before the pipeline runs: ``old_logps`` (old-policy
+per-token log-probs at the sampling temperature) and ``entropies`` (old-policy token entropy).
+Stage functions are pure in the sense that every rank calls them on the same global batch and must get
+the same answer: any randomness must come from a generator seeded from ``args`` and the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .algorithms.grpo import grpo_advantages, normalize_then_sum_advantages
+from .rollout_batch import RolloutBatch
+
+STAGE_KINDS = ("rollout_filter", "rollout_dropout", "advantage", "loss_variant")
+KNOWN_NEEDS = frozenset({"old_logps", "entropies"})
+
+
+@dataclass
+class StageResult:
+    """What a stage returns. ``keep`` (N,) bool is AND-ed into the running keep mask; ``advantages``
+    (N,) or (N, T) replaces the running advantages; ``metrics`` are logged under the stage's prefix."""
+
+    keep: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A registered stage: its function and what it requires."""
+
+    kind: str
+    name: str
+    fn: Callable[..., Any]
+    needs: frozenset[str] = frozenset()
+    group_level: bool = False  # needs num_generations >= 2
+    metric_prefix: str = ""
+
+
+_REGISTRY: dict[str, dict[str, Stage]] = {kind: {} for kind in STAGE_KINDS}
+
+
+def register_stage(
+    kind: str,
+    name: str,
+    *,
+    needs: set[str] | frozenset[str] = frozenset(),
+    group_level: bool = False,
+    metric_prefix: str | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator registering ``fn`` as stage ``name`` of ``kind``. Re-registering a name replaces it."""
+    if kind not in STAGE_KINDS:
+        raise ValueError(f"unknown stage kind {kind!r}; expected one of {STAGE_KINDS}")
+    unknown = set(needs) - KNOWN_NEEDS
+    if unknown:
+        raise ValueError(f"stage {name!r} needs unknown inputs {sorted(unknown)}; known: {sorted(KNOWN_NEEDS)}")
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _REGISTRY[kind][name] = Stage(kind, name, fn, frozenset(needs), group_level, metric_prefix or name)
+        return fn
+
+    return decorator
+
+
+def available(kind: str) -> list[str]:
+    """Names registered for ``kind``, sorted."""
+    return sorted(_REGISTRY[kind])
+
+
+def get_stage(kind: str, name: str) -> Stage:
+    """Look up a registered stage; KeyError lists what exists."""
+    try:
+        return _REGISTRY[kind][name]
+    except KeyError:
+        raise KeyError(f"no {kind} stage named {name!r}; available: {available(kind)}") from None
+
+
+def configured_stages(args: Any) -> list[Stage]:
+    """The stages ``args`` selects, in pipeline order (filter, dropout, advantage, loss variant)."""
+    return [get_stage(kind, getattr(args, kind)) for kind in STAGE_KINDS]
+
+
+def required_inputs(args: Any) -> frozenset[str]:
+    """Union of the ``needs`` of every configured stage."""
+    out: frozenset[str] = frozenset()
+    for stage in configured_stages(args):
+        out |= stage.needs
+    return out
+
+
+@dataclass
+class PipelineOutput:
+    """Final decision on a global batch: keep mask, advantages (zero where dropped), telemetry."""
+
+    keep: torch.Tensor
+    advantages: torch.Tensor
+    metrics: dict[str, float]
+
+
+def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
+    """Run filter -> dropout -> advantage on ``batch`` and return the combined decision."""
+    metrics: dict[str, float] = {}
+    estimator = get_stage("advantage", args.advantage)
+
+    def estimate(b: RolloutBatch) -> torch.Tensor:
+        result = estimator.fn(b, args)
+        _merge_metrics(metrics, estimator, result.metrics)
+        return result.advantages
+
+    batch.estimate_advantages = estimate
+    for kind in ("rollout_filter", "rollout_dropout"):
+        stage = get_stage(kind, getattr(args, kind))
+        result = stage.fn(batch, args)
+        if result.keep is not None:
+            _check_shape(stage, "keep", result.keep, (batch.N,))
+            batch.keep = batch.keep & result.keep.to(torch.bool)
+        if result.advantages is not None:
+            _check_advantages(stage, result.advantages, batch)
+            batch.advantages = result.advantages
+        _merge_metrics(metrics, stage, result.metrics)
+    advantages = batch.advantages if batch.advantages is not None else batch.base_advantages()
+    _check_advantages(estimator, advantages, batch)
+    keep = batch.keep
+    mask = keep if advantages.dim() == 1 else keep.unsqueeze(1)
+    advantages = torch.where(mask, advantages, torch.zeros_like(advantages))
+    kept = int(keep.sum())
+    kept_groups = int(batch.groups(keep).any(dim=1).sum())
+    metrics["stages/kept_rollouts"] = float(kept)
+    metrics["stages/kept_ratio"] = kept / batch.N
+    metrics["stages/kept_groups_ratio"] = kept_groups / batch.P
+    return PipelineOutput(keep=keep, advantages=advantages, metrics=metrics)
+
+
+def _merge_metrics(out: dict[str, float], stage: Stage, metrics: dict[str, float]) -> None:
+    for key, value in metrics.items():
+        out[f"{stage.metric_prefix}/{key}"] = float(value)
+
+
+def _check_shape(stage: Stage, what: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{stage.kind} stage {stage.name!r} returned {what} of shape {tuple(t.shape)}, expected {shape}")
+
+
+def _check_advantages(stage: Stage, A: torch.Tensor, batch: RolloutBatch) -> None:
+    if A.dim() == 1:
+        _check_shape(stage, "advantages", A, (batch.N,))
+    else:
+        _check_shape(stage, "advantages", A, tuple(batch.mask.shape))
+
+
+# ----------------------------------------------------------------------------------------------
+# Built-in stages of the backbone. Method stages live next to their algorithms and register the same way.
+
+
+@register_stage("rollout_filter", "none")
+def _no_filter(batch: RolloutBatch, args: Any) -> StageResult:
+    """Keep every group."""
+    return StageResult()
+
+
+@register_stage("rollout_dropout", "none")
+def _no_dropout(batch: RolloutBatch, args: Any) -> StageResult:
+    """Keep every rollout."""
+    return StageResult()
+
+
+@register_stage("advantage", "grpo", group_level=True, metric_prefix="advantage")
+def _grpo(batch: RolloutBatch, args: Any) -> StageResult:
+    """TRL's GRPO advantage, exactly: ``scale_rewards`` and ``multi_objective_aggregation`` honoured,
+    std estimator from ``args.advantage_std`` (TRL: unbiased), epsilon ``args.advantage_eps`` (TRL: 1e-4)."""
+    std, eps = args.advantage_std, args.advantage_eps
+    if args.multi_objective_aggregation == "normalize_then_sum":
+        A, sigma = normalize_then_sum_advantages(batch.R_k, batch.reward_weights, batch.G, std=std, eps=eps)
+    else:
+        A, sigma = grpo_advantages(batch.R, batch.G, scale_rewards=args.scale_rewards, std=std, eps=eps)
+    zero_std = torch.isclose(sigma, torch.zeros_like(sigma)).float().mean().item()
+    return StageResult(advantages=A, metrics={"frac_zero_std": zero_std})
+
+
+@register_stage("loss_variant", "none")
+def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+    """TRL's clipped surrogate for the configured ``loss_type``, unchanged."""
+    return trainer.trl_compute_loss(model, inputs)
+
