@@ -1,0 +1,129 @@
+"""Multi-process training scenarios, run by tests/test_distributed.py.
+
+One launch runs several scenarios back to back (each launch costs ~15 s of start-up):
+
+    accelerate launch --config_file launch/accelerate/multi_cpu_2.yaml tests/distributed/scenarios.py --out DIR --suite ddp
+    accelerate launch --config_file launch/accelerate/zero3_cpu_2.yaml tests/distributed/scenarios.py --out DIR --suite zero3
+    python tests/distributed/scenarios.py --out DIR --suite ddp --reference   # 1 process, same global batch
+
+Results land in DIR/world2, DIR/world2-zero3 and DIR/reference.
+
+Every scenario trains a few optimizer steps of WinnowGRPOTrainer on the tiny Qwen3 with a data-dependent
+group filter and the deterministic rollout_func (what is "sampled" depends only on the prompt, so 1 and 2
+processes see the same global batch while each rank holds different local rows). Each rank writes the
+decisions its pipeline made and the rows it held; the main process writes the final parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (harness)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+from harness import (  # noqa: E402
+    BASE_ARGS,
+    deterministic_rollout_func,
+    prompt_dataset,
+    reward_length,
+    reward_token_parity,
+    tiny_model_path,
+)
+
+from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage  # noqa: E402
+from trainer.algorithms.grpo import nanstd  # noqa: E402
+
+DECISIONS: list[dict[str, torch.Tensor]] = []
+
+
+@register_stage("rollout_filter", "test_above_median_std", group_level=True, metric_prefix="test_filter")
+def above_median_std(batch, args) -> StageResult:
+    """Keep groups whose reward std is strictly above the batch median (data-dependent, global)."""
+    std = nanstd(batch.groups(batch.R), dim=1, std="population")
+    keep_groups = std > std.median()
+    keep = keep_groups.repeat_interleave(batch.G)
+    DECISIONS.append({"keep": keep.clone(), "R": batch.R.clone(), "completion_ids": batch.completion_ids.clone()})
+    return StageResult(keep=keep, metrics={"kept_groups": float(keep_groups.sum())})
+
+
+# name -> (WinnowConfig overrides, optimizer steps). Global batch: 16 rollouts = 4 prompt groups of 4.
+SUITES = {
+    "ddp": {
+        "filter_dapo": (dict(loss_type="dapo"), 2),
+        "filter_grpo_kl_accum": (dict(loss_type="grpo", beta=0.04, gradient_accumulation_steps=2), 2),
+        "off_dr_grpo": (dict(loss_type="dr_grpo", rollout_filter="none"), 2),
+    },
+    # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
+    "zero3": {
+        "filter_dapo": (dict(loss_type="dapo"), 2),
+    },
+}
+GLOBAL_BATCH = 16
+
+
+def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, deepspeed: bool) -> None:
+    """Train ``steps`` optimizer steps and write this rank's decisions and the final parameters."""
+    DECISIONS.clear()
+    overrides = dict(overrides)
+    accum = overrides.pop("gradient_accumulation_steps", 1)
+    cpu_args = dict(use_cpu=False, ddp_backend="gloo") if deepspeed else {}
+    args = WinnowConfig(
+        output_dir=str(out / f"{name}-run"),
+        **{
+            **BASE_ARGS,
+            **cpu_args,
+            "rollout_filter": "test_above_median_std",
+            "per_device_train_batch_size": GLOBAL_BATCH // (world * accum),
+            "gradient_accumulation_steps": accum,
+            "max_steps": steps,
+            "learning_rate": 1e-2,
+            **overrides,
+        },
+    )
+    trainer = WinnowGRPOTrainer(
+        model=tiny_model_path(),
+        reward_funcs=[reward_token_parity, reward_length],
+        args=args,
+        train_dataset=prompt_dataset(64),
+        rollout_func=deterministic_rollout_func,
+    )
+    trainer.train()
+    acc = trainer.accelerator
+    rank = acc.process_index
+    model = trainer.deepspeed if deepspeed else trainer.model_wrapped
+    state = acc.get_state_dict(model)  # collective under ZeRO-3: gathers the partitioned weights
+    record = {
+        "decisions": DECISIONS,
+        "local_completion_ids": trainer._buffered_inputs[0]["completion_ids"].clone(),  # this rank's own rows
+        "log_history": trainer.state.log_history,
+        "world": world,
+    }
+    if deepspeed:
+        params = list(acc.unwrap_model(trainer.model).parameters())
+        record["partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel) for p in params if hasattr(p, "ds_tensor")]
+    torch.save(record, out / f"{name}.rank{rank}.pt")
+    if acc.is_main_process:
+        torch.save({k: v.detach().float().cpu().clone() for k, v in state.items()}, out / f"{name}.params.pt")
+    acc.wait_for_everyone()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="folder for the per-rank results")
+    parser.add_argument("--suite", choices=sorted(SUITES), required=True, help="which scenarios to run")
+    parser.add_argument("--reference", action="store_true", help="single-process reference run (no launcher)")
+    cli = parser.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
+    out = cli.out / ("reference" if cli.reference else f"world{world}" + ("-zero3" if deepspeed else ""))
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (overrides, steps) in SUITES[cli.suite].items():
+        run_scenario(name, overrides, steps, out, world, deepspeed)
+
+
+if __name__ == "__main__":
+    main()
