@@ -1,0 +1,55 @@
+# winnow-rl: set up, prepare offline assets, test.
+#   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest
+#   make setup   -- venv + install + assets only
+#   make bench   -- benchmarks under bench/ (ratios measured side by side)
+# Torch: installed first and pinned (2.13.0), so no other requirement can pull a newer (multi-GB CUDA) build.
+# With no NVIDIA GPU, pip takes the CPU build; pass TORCH_PIP_ARGS (e.g. an --index-url of CPU wheels) on a
+# machine where plain `pip install torch==2.13.0` would fetch the CUDA one.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH_VERSION ?= 2.13.0
+TORCH_PIP_ARGS ?=
+EXTRAS ?= dev,deepspeed
+PYTEST_ARGS ?= -m "not slow"
+export HF_HUB_OFFLINE := 1
+export TRL_EXPERIMENTAL_SILENCE := 1
+export TOKENIZERS_PARALLELISM := false
+export WANDB_MODE ?= offline
+export DS_ACCELERATOR ?= cpu
+
+.PHONY: setup assets test test-slow bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+		echo "NVIDIA GPU found: installing torch==$(TORCH_VERSION) (CUDA build)"; \
+	else \
+		echo "no NVIDIA GPU: installing torch==$(TORCH_VERSION) (CPU build)"; \
+	fi
+	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]" "torch==$(TORCH_VERSION)"
+	@if [ "$$DS_ACCELERATOR" = "cpu" ] && ! command -v ninja >/dev/null 2>&1 && [ ! -x $(BIN)/ninja ]; then \
+		echo "DeepSpeed's CPU comm op needs ninja and g++"; exit 1; fi
+	touch $@
+
+assets: $(VENV)/.installed
+	$(BIN)/python -m trainer.assets
+
+setup: assets
+
+test: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+test-slow: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 -m slow
+
+bench: setup
+	OMP_NUM_THREADS=1 $(BIN)/python bench/step_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
