@@ -44,6 +44,7 @@ BASE_ARGS: dict[str, Any] = dict(
     temperature=1.0,
     dataloader_num_workers=0,
     disable_tqdm=True,
+    gradient_checkpointing=False,  # TRL 1.16 turns it on by default; a 2-layer model gains nothing from it
 )
 
 
