@@ -1,6 +1,7 @@
 # winnow-rl: set up, prepare offline assets, test.
 #   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest
 #   make setup   -- venv + install + assets only
+#   make demo    -- the main job: setup, then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
 #   make bench   -- benchmarks under bench/ (ratios measured side by side)
 # Torch: installed first and pinned (2.13.0), so no other requirement can pull a newer (multi-GB CUDA) build.
 # With no NVIDIA GPU, pip takes the CPU build; pass TORCH_PIP_ARGS (e.g. an --index-url of CPU wheels) on a
@@ -19,7 +20,10 @@ export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= offline
 export DS_ACCELERATOR ?= cpu
 
-.PHONY: setup assets test test-slow bench clean
+DEMO_RECIPE ?= configs/demo/smollm2-arithmetic.yaml
+DEMO_OUT ?= outputs/demo/smollm2-arithmetic
+
+.PHONY: setup assets test test-slow demo bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +53,12 @@ test: setup
 
 test-slow: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 -m slow
+
+demo: setup
+	$(BIN)/python -m trainer.assets --smollm2
+	OMP_NUM_THREADS=2 $(BIN)/accelerate launch --config_file launch/accelerate/cpu.yaml launch/train.py \
+		--config $(DEMO_RECIPE) --output_dir $(DEMO_OUT)
+	$(BIN)/python -m trainer.run_artifacts $(DEMO_OUT)
 
 bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python bench/step_overhead.py

@@ -210,6 +210,14 @@ def make_think_format(open_tag_in_prompt: bool = False):
     return think_format
 
 
+@register_reward("boxed_format")
+def boxed_format(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+    """1.0 iff the answer part (after a closed ``</think>``, if any) has a complete, non-empty last
+    ``\\boxed{...}`` -- the format half of an accuracy + format reward for models that must first learn
+    to box their answer (the CPU demo). Else 0.0."""
+    return [1.0 if extract_boxed(strip_think(completion_text(c))) else 0.0 for c in completions or []]
+
+
 math_accuracy = register_reward("math_accuracy", factory=make_math_accuracy)(make_math_accuracy())
 think_format = register_reward("think_format", factory=make_think_format)(make_think_format())
 dapo_accuracy = register_reward("dapo_accuracy", factory=make_dapo_accuracy)(make_dapo_accuracy())

@@ -267,7 +267,7 @@ def make_tiny_qwen3(
 
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_DIRNAME = "smollm2-135m-instruct"
+SMOLLM2_DIRNAME = "smollm2-135m-instruct-v2"  # v2: no quantization_config
 SMOLLM2_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
@@ -298,7 +298,12 @@ def make_smollm2(path: str | os.PathLike | None = None, force: bool = False) -> 
 
     tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
     loaded = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
-    model = type(loaded)(loaded.config)
+    config = loaded.config
+    # The GGUF loader records the Q4_1 source as a quantization_config; the copy is plain fp32 and must not
+    # claim otherwise (Trainer refuses to fine-tune a "quantized" model).
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = type(loaded)(config)
     model.load_state_dict(loaded.state_dict())
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id

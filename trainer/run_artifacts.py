@@ -87,6 +87,26 @@ def quarter_comparison(rows: list[dict[str, Any]], key: str = "reward") -> dict[
     return {"first_quarter": m1, "last_quarter": m2, "difference": m2 - m1, "stderr": se, "steps_per_quarter": q}
 
 
+def main(argv: list[str] | None = None) -> None:
+    """``python -m trainer.run_artifacts OUTPUT_DIR``: redraw the plot and print the quarter comparison."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("output_dir", type=Path, help="a training run's output folder (holds metrics.jsonl)")
+    cli = parser.parse_args(argv)
+    jsonl = cli.output_dir / "metrics.jsonl"
+    rows = read_metrics(jsonl)
+    png = plot_metrics(jsonl, jsonl.with_suffix(".png"))
+    q = quarter_comparison(rows)
+    times = sorted(float(r["step_time"]) for r in rows if isinstance(r.get("step_time"), (int, float)))
+    verdict = "learned" if q["difference"] > 2 * q["stderr"] else "no significant change"
+    print(f"{len(rows)} steps; median step time {times[len(times) // 2] if times else float('nan'):.1f} s; plot: {png}")
+    print(
+        f"reward: first quarter {q['first_quarter']:.3f}, last quarter {q['last_quarter']:.3f}, "
+        f"difference {q['difference']:+.3f} (2 x stderr = {2 * q['stderr']:.3f}): {verdict}"
+    )
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
@@ -95,3 +115,7 @@ def _jsonable(value: Any) -> Any:
         return value
     except TypeError:
         return str(value)
+
+
+if __name__ == "__main__":
+    main()
