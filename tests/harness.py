@@ -135,3 +135,13 @@ def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> floa
     """Largest elementwise difference between two parameter-name -> tensor maps with the same keys."""
     assert a.keys() == b.keys()
     return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def kept_rows_only(inputs: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
+    """The micro-batch restricted to its kept rollouts (loss mask not all zero), as TRL would see it if only
+    they had been generated: per-row tensors sliced, ``num_items_in_batch`` recounted. Returns (inputs, kept)."""
+    kept = inputs["tool_mask"].bool().any(dim=1) | (inputs["completion_mask"].sum(dim=1) == 0)
+    sliced = {k: (v[kept] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in inputs.items()}
+    sliced.pop("winnow_loss_scale", None)
+    sliced["num_items_in_batch"] = (sliced["completion_mask"] * sliced["tool_mask"]).sum()
+    return sliced, kept

@@ -40,13 +40,43 @@ GRPODROPOUT_GRPO_BASELINE = {
     "enable_thinking": True,
     "dataset_name": "dapo_math_17k",
     "use_vllm": True,
+    "advantage": "grpo",
+    "advantage_std": "unbiased",  # the authors ran verl: torch.std (ddof 1) + 1e-6 (reference doc §5)
+    "advantage_eps": 1e-6,
 }
 
+NO_DROPOUT = {"rollout_dropout": "none"}
+
+
+def grpodropout_row(pos: bool, neg: bool, center: bool, p_wt: bool) -> dict:
+    """A Table 2 row's marks (Pos., Neg., Center, P-wt.) as stage settings (paper §4.2): deleting positive
+    candidates = restoring A <= 0 (eq. 7); Center x = no recentering; Center + P-wt = eq. 9."""
+    delete = {(True, False): "positive", (False, True): "negative", (True, True): "both"}[(pos, neg)]
+    recenter = "prob_weighted" if center and p_wt else ("mean" if center else "none")
+    return {**GRPODROPOUT_GRPO_BASELINE, "rollout_dropout": "grpodropout", "dropout_selector": "paper",
+            "dropout_delete": delete, "dropout_recenter": recenter, "dropout_surprisal_basis": "mean"}
+
+
+PAPER_DEFAULT = grpodropout_row(pos=True, neg=False, center=True, p_wt=True)
 PAPER_RECIPES = {
-    "configs/grpo/qwen3-1.7b-dapo17k.yaml": (GRPODROPOUT_GRPO_BASELINE, "Qwen/Qwen3-1.7B"),
-    "configs/grpo/qwen3-4b-dapo17k.yaml": (GRPODROPOUT_GRPO_BASELINE, "Qwen/Qwen3-4B"),
-    "configs/grpo/qwen3-8b-dapo17k.yaml": (GRPODROPOUT_GRPO_BASELINE, "Qwen/Qwen3-8B"),
+    **{f"configs/grpo/qwen3-{m}-dapo17k.yaml": ({**GRPODROPOUT_GRPO_BASELINE, **NO_DROPOUT}, f"Qwen/Qwen3-{M}")
+       for m, M in (("1.7b", "1.7B"), ("4b", "4B"), ("8b", "8B"))},
+    **{f"configs/grpodropout/qwen3-{m}-dapo17k.yaml": (PAPER_DEFAULT, f"Qwen/Qwen3-{M}")
+       for m, M in (("1.7b", "1.7B"), ("4b", "4B"), ("8b", "8B"))},
 }
+# Table 2 (§4.2): (model, Pos., Neg., Center, P-wt.) for every row with a deletion; the rows without deletion
+# are the GRPO baselines above.
+TABLE2 = [
+    ("1.7b", True, True, True, True), ("1.7b", True, False, False, False), ("1.7b", True, False, True, False),
+    ("1.7b", True, False, True, True),
+    ("4b", True, True, True, True), ("4b", False, True, True, True), ("4b", True, False, False, False),
+    ("4b", True, False, True, False), ("4b", True, False, True, True),
+]
+for m, pos, neg, center, p_wt in TABLE2:
+    name = {(True, False): "pos", (False, True): "neg", (True, True): "both"}[(pos, neg)]
+    c = "pwt" if center and p_wt else ("mean" if center else "none")
+    PAPER_RECIPES[f"configs/grpodropout/table2/qwen3-{m}-del_{name}-center_{c}.yaml"] = (
+        grpodropout_row(pos, neg, center, p_wt), f"Qwen/Qwen3-{m.upper()}")
 
 
 def parse_here(path: Path, *extra: str):
@@ -90,11 +120,22 @@ def resolved(path: Path) -> dict:
         "dataset_name": task.dataset_name,
         "use_vllm": args.use_vllm,
         "warmup_steps": args.warmup_steps,
+        "advantage": args.advantage,
+        "advantage_std": args.advantage_std,
+        "advantage_eps": args.advantage_eps,
+        "rollout_dropout": args.rollout_dropout,
+        "dropout_selector": args.dropout_selector,
+        "dropout_delete": args.dropout_delete,
+        "dropout_recenter": args.dropout_recenter,
+        "dropout_surprisal_basis": args.dropout_surprisal_basis,
     }
 
 
 def test_there_are_recipes():
     assert len(RECIPES) >= 4
+    on_disk = {str(p.relative_to(ROOT)) for p in RECIPES}
+    missing = set(PAPER_RECIPES) - on_disk
+    assert not missing, f"paper rows without a recipe: {sorted(missing)}"
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))

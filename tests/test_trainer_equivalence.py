@@ -13,6 +13,7 @@ import torch
 from harness import (
     BASE_ARGS,
     deterministic_rollout_func,
+    kept_rows_only,
     max_abs_diff,
     one_step_loss_and_grads,
     prompt_dataset,
@@ -78,22 +79,13 @@ def test_off_means_off_scale_rewards(tiny_model, tmp_path, scale_rewards):
     assert torch.equal(trl_inputs["advantages"], win_inputs["advantages"])
 
 
-def _kept_rows_only(inputs: dict) -> tuple[dict, torch.Tensor]:
-    """The micro-batch restricted to kept rollouts, as TRL would see it if only they had been generated."""
-    kept = inputs["tool_mask"].bool().any(dim=1) | (inputs["completion_mask"].sum(dim=1) == 0)
-    sliced = {k: (v[kept] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in inputs.items()}
-    sliced.pop("winnow_loss_scale", None)
-    sliced["num_items_in_batch"] = (sliced["completion_mask"] * sliced["tool_mask"]).sum()
-    return sliced, kept
-
-
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_removed_means_removed(tiny_model, tmp_path, loss_type):
     """Dropping rollouts == training on the kept ones alone: same loss and gradient (<= 1e-6)."""
     overrides = dict(loss_type=loss_type, beta=0.04, rollout_dropout="test_drop_fixed", per_device_train_batch_size=16)
     win = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout=True, **overrides)
     inputs, win_loss, win_grads = one_step_loss_and_grads(win)
-    sliced, kept = _kept_rows_only(inputs)
+    sliced, kept = kept_rows_only(inputs)
     assert int(kept.sum()) == win.args.per_device_train_batch_size - len(DROPPED)
     assert win._metrics["train"]["stages/kept_rollouts"][-1] == 16 - len(DROPPED)
     assert win._metrics["train"]["test_drop_fixed/dropped"][-1] == len(DROPPED)

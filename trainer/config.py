@@ -14,6 +14,10 @@ from . import stages
 from .algorithms.grpo import STD_KINDS
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
+DROPOUT_DELETE = ("positive", "negative", "both")
+DROPOUT_RECENTER = ("prob_weighted", "mean", "none")
+DROPOUT_BASIS = ("mean", "sum")
+DROPOUT_SELECTORS = ("paper", "balanced_push")
 
 
 class ConfigError(ValueError):
@@ -81,6 +85,37 @@ class WinnowConfig(GRPOConfig):
         },
     )
 
+    # --- GRPODropout (rollout_dropout: grpodropout) -------------------------------------------------
+    dropout_selector: str = field(
+        default="paper",
+        metadata={
+            "help": "GRPODropout selection rule: 'paper' (greedy max-cardinality solution of eq. 4, then the "
+            "restoration of dropout_delete) or 'balanced_push' (the released code's selector, without its random "
+            "subsets and row duplication)."
+        },
+    )
+    dropout_delete: str = field(
+        default="positive",
+        metadata={
+            "help": "Which removed rollouts stay removed (paper's selector): 'positive' (paper, eq. 7: every removed "
+            "rollout with A <= 0 is restored), 'negative' (restore A >= 0), 'both' (restore nothing). Table 2 rows."
+        },
+    )
+    dropout_recenter: str = field(
+        default="prob_weighted",
+        metadata={
+            "help": "Recentering of the kept advantages: 'prob_weighted' (paper, eq. 9: subtract the old-policy "
+            "probability-weighted mean, a softmax of -surprisal over the kept set), 'mean' (equal weights), 'none'."
+        },
+    )
+    dropout_surprisal_basis: str = field(
+        default="mean",
+        metadata={
+            "help": "Surprisal of a rollout from old-policy token log-probs: 'mean' (length-normalised, the paper's "
+            "practice) or 'sum' (full-sequence surprisal of §3.1)."
+        },
+    )
+
     def __post_init__(self) -> None:
         self._validate_winnow()
         super().__post_init__()
@@ -93,14 +128,18 @@ class WinnowConfig(GRPOConfig):
                 raise ConfigError(
                     kind, f"{name!r} is not a registered {kind} stage", f"use one of {stages.available(kind)}"
                 )
-        if self.advantage_std not in STD_KINDS:
-            raise ConfigError("advantage_std", f"{self.advantage_std!r} is not a std estimator", f"use one of {list(STD_KINDS)}")
         if not self.advantage_eps > 0:
             raise ConfigError("advantage_eps", f"must be > 0 (got {self.advantage_eps})", "use e.g. 1e-4 (TRL) or 1e-6")
-        if self.old_logps_source not in OLD_LOGPS_SOURCES:
-            raise ConfigError(
-                "old_logps_source", f"{self.old_logps_source!r} is not a source", f"use one of {list(OLD_LOGPS_SOURCES)}"
-            )
+        for name, allowed in (
+            ("advantage_std", STD_KINDS),
+            ("old_logps_source", OLD_LOGPS_SOURCES),
+            ("dropout_selector", DROPOUT_SELECTORS),
+            ("dropout_delete", DROPOUT_DELETE),
+            ("dropout_recenter", DROPOUT_RECENTER),
+            ("dropout_surprisal_basis", DROPOUT_BASIS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
         if self.num_generations is not None and self.num_generations < 2:
             group_stages = [s for s in stages.configured_stages(self) if s.group_level]
             if group_stages:

@@ -201,3 +201,7 @@ def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """TRL's clipped surrogate for the configured ``loss_type``, unchanged."""
     return trainer.trl_compute_loss(model, inputs)
 
+
+
+# Method stages register themselves on import (after the registry above exists).
+from . import methods  # noqa: E402,F401

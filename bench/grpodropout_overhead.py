@@ -1,0 +1,104 @@
+"""GRPODropout's cost as shares of a training step, measured inside real steps of one run.
+
+Two parts, each timed around the code that does it while WinnowGRPOTrainer trains with
+``rollout_dropout: grpodropout``:
+
+1. the selection + recentering algebra (the whole stage pipeline: surprisal, eq. 4/7 selection, eq. 9
+   recentering, telemetry) -- target <= 2 % of a step;
+2. the old-policy forward pass the stage needs when TRL does not already compute old log-probs
+   (``old_logps_source: policy``); with ``old_logps_source: sampler`` (log-probs from the generator, here
+   the deterministic rollout_func that stands in for vLLM) it must vanish.
+
+Step time is TRL's own ``step_time`` metric (generation, scoring, pipeline, loss, backward, optimizer).
+Both configurations run in this one process, alternating step by step through ``--steps`` steps each.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/grpodropout_overhead.py --steps 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch  # noqa: E402
+from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402
+
+from trainer import WinnowConfig, WinnowGRPOTrainer  # noqa: E402
+from trainer import grpo_trainer as trainer_module  # noqa: E402
+
+
+class Timed:
+    """Accumulates the wall time spent in one function of one trainer, per generation batch."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def wrap(self, fn):
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds.append(time.perf_counter() - t0)
+
+        return timed
+
+
+def build(source: str, out: str, rows: int, steps: int):
+    args = WinnowConfig(
+        output_dir=out,
+        **{**BASE_ARGS, "per_device_train_batch_size": rows, "max_steps": steps, "rollout_dropout": "grpodropout",
+           "old_logps_source": source, "logging_steps": 1},
+    )
+    tr = WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=[reward_token_parity, reward_length], args=args,
+                           train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
+    algebra, forward = Timed(), Timed()
+    tr._old_policy_logps = forward.wrap(tr._old_policy_logps)
+    return tr, algebra, forward
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=12, help="training steps per configuration (default 12)")
+    p.add_argument("--rows", type=int, default=32, help="rollouts per step (default 32 = 8 prompts x 4)")
+    p.add_argument("--warmup", type=int, default=2, help="leading steps left out of the medians (default 2)")
+    cli = p.parse_args()
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in ("policy", "sampler"):
+            tr, algebra, forward = build(source, f"{tmp}/{source}", cli.rows, cli.steps)
+            run_pipeline = trainer_module.stages.run_pipeline
+            trainer_module.stages.run_pipeline = algebra.wrap(run_pipeline)
+            try:
+                torch.manual_seed(0)
+                tr.train()
+            finally:
+                trainer_module.stages.run_pipeline = run_pipeline
+            steps = [h["step_time"] for h in tr.state.log_history if "step_time" in h][cli.warmup:]
+            kept = [h["dropout/kept_ratio"] for h in tr.state.log_history if "dropout/kept_ratio" in h]
+            results[source] = (steps, algebra.seconds[cli.warmup:], forward.seconds[cli.warmup:], kept)
+
+    for source, (steps, algebra, forward, kept) in results.items():
+        step = statistics.median(steps)
+        alg = statistics.median(algebra)
+        fwd = statistics.median(forward) if forward else 0.0
+        print(f"old_logps_source={source}: {len(steps)} steps, median step {step * 1e3:.1f} ms")
+        print(f"  selection + recentering algebra: {alg * 1e3:.2f} ms = {alg / step:.2%} of a step (target <= 2%)")
+        print(f"  old-policy forward pass:         {fwd * 1e3:.2f} ms = {fwd / step:.2%} of a step")
+        print(f"  kept ratio: min {min(kept):.3f}, mean {statistics.mean(kept):.3f}")
+
+
+if __name__ == "__main__":
+    main()

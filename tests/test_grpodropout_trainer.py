@@ -1,0 +1,98 @@
+"""GRPODropout through the real trainer (tiny Qwen3, CPU): dropped rollouts get zero gradient, the kept
+count metric matches the batch, advantages are the recentered ones, and `old_logps_source: sampler`
+removes the extra old-policy forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from harness import (
+    BASE_ARGS,
+    deterministic_rollout_func,
+    kept_rows_only,
+    max_abs_diff,
+    one_step_loss_and_grads,
+    prompt_dataset,
+    reward_length,
+    reward_token_parity,
+)
+from trl import GRPOConfig, GRPOTrainer
+
+from trainer import WinnowConfig, WinnowGRPOTrainer
+from trainer.algorithms.dropout import recenter, select_rollouts, sequence_surprisal
+from trainer.algorithms.grpo import grpo_advantages
+
+ROWS = 32  # 8 prompt groups of 4: enough groups that GRPODropout removes something in this batch
+
+
+def build(cls, cfg_cls, tiny_model, tmp_path, **overrides):
+    args = cfg_cls(output_dir=str(tmp_path / cls.__name__), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, **overrides})
+    return cls(model=tiny_model, reward_funcs=[reward_token_parity, reward_length], args=args,
+               train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_dropped_rollouts_get_zero_gradient(tiny_model, tmp_path, loss_type):
+    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout", loss_type=loss_type)
+    inputs, loss, grads = one_step_loss_and_grads(tr)
+    sliced, kept = kept_rows_only(inputs)
+    metrics = tr._metrics["train"]
+    assert 0 < int(kept.sum()) < ROWS, "this batch must exercise a deletion"
+    assert metrics["stages/kept_rollouts"][-1] == int(kept.sum())
+    assert metrics["dropout/kept_ratio"][-1] == pytest.approx(int(kept.sum()) / ROWS)
+    assert metrics["dropout/groups_with_deletion"][-1] >= 1
+    assert float(inputs["advantages"][~kept].abs().sum()) == 0.0
+
+    # the gradient is TRL's loss on the kept rollouts alone: dropped rollouts contribute exactly nothing
+    ref = GRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length],
+                      args=GRPOConfig(output_dir=str(tmp_path / "ref"), **{**BASE_ARGS, "per_device_train_batch_size": ROWS,
+                                                                          "loss_type": loss_type}),
+                      train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
+    ref.model.train()
+    ref.current_gradient_accumulation_steps = 1
+    ref.model.zero_grad(set_to_none=True)
+    ref_loss = ref.compute_loss(ref.model, sliced)
+    ref_loss.backward()
+    ref_grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in ref.model.named_parameters()}
+    assert abs(float(ref_loss.detach() - loss)) <= 1e-6
+    assert max_abs_diff(ref_grads, grads) <= 1e-6
+
+
+def test_advantages_are_the_recentered_selection(tiny_model, tmp_path):
+    """Recompute the decision from the batch the trainer saw (rewards, old-policy log-probs) with the pure
+    functions: the trainer's advantages are those numbers, and the weighted mean over each kept set is 0."""
+    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout")
+    seen = {}
+    original = tr._build_rollout_batch
+
+    def spy(output):
+        batch = original(output)
+        seen["batch"] = batch
+        return batch
+
+    tr._build_rollout_batch = spy
+    inputs, _, _ = one_step_loss_and_grads(tr)
+    batch = seen["batch"]
+    A, _ = grpo_advantages(batch.R, batch.G)
+    s = sequence_surprisal(batch.old_logps, batch.mask).view(-1, batch.G)
+    keep = select_rollouts(A.view(-1, batch.G), s, delete="positive")
+    A_bar = recenter(A.view(-1, batch.G), s, keep).reshape(-1)
+    # shuffled rows: compare as multisets of (advantage, completion) pairs
+    got = sorted(zip(inputs["advantages"].tolist(), inputs["completion_ids"].sum(1).tolist()))
+    want = sorted(zip(A_bar.tolist(), batch.completion_ids.sum(1).tolist()))
+    assert len(got) == len(want)
+    assert all(g[1] == w[1] and abs(g[0] - w[0]) <= 1e-6 for g, w in zip(got, want))
+    assert bool((A.view(-1, batch.G) <= 0)[~keep].sum() == 0), "paper default deletes positive-advantage rollouts only"
+
+
+@pytest.mark.parametrize("source, forwards", [("policy", 1), ("sampler", 0)])
+def test_sampler_logps_skip_the_old_policy_forward(tiny_model, tmp_path, source, forwards):
+    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout", old_logps_source=source)
+    calls = []
+    original = tr._get_per_token_logps_and_entropies
+    tr._get_per_token_logps_and_entropies = lambda *a, **k: calls.append(1) or original(*a, **k)
+    tr.model.train()
+    batch = next(iter(tr.get_train_dataloader()))
+    tr._prepare_inputs(batch)  # generation + scoring + pipeline, no loss
+    assert len(calls) == forwards
+    assert tr._metrics["train"]["dropout/kept_ratio"], "the stage ran"

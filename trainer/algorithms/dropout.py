@@ -1,0 +1,265 @@
+"""GRPODropout: rollout deletion by entropy contribution, then probability-weighted recentering.
+
+Paper: "GRPODropout: Less is More for Online Reinforcement Learning Rollouts", section 3 (eqs. 2-9)
+and Appendix B.1. Pure tensor functions (no TRL / accelerate imports). Group tensors are (P, G): P
+prompt groups of G rollouts (``grpo.group_view`` of the flat batch). Symbols follow the paper:
+``A`` advantages A^(g), ``s`` surprisals s_g, ``h`` entropy contributions h_g, ``keep`` the
+indicator of I_keep.
+
+Sums that decide a sign are taken in float64 whatever the input dtype. The test "sum_{g in I} h_g >= 0"
+(eq. 4) is evaluated as ``sum_I h >= -tol`` with the tolerance of :func:`sum_tolerance`:
+``tol = rtol * (1/G) * sum_g |A_g| (|s_g| + |s_bar|)``, an upper bound on |h_g| summed over the group,
+and ``rtol = 8 * eps(input dtype)`` (about 1e-6 for fp32). A sum that is zero up to the rounding of
+the inputs therefore keeps everything, and an exactly zero group (all A = 0 or all s equal) has
+``tol = 0`` and ``sum h = 0`` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+SURPRISAL_BASES = ("mean", "sum")
+DELETE_KINDS = ("positive", "negative", "both")
+RECENTER_MODES = ("prob_weighted", "mean", "none")
+
+
+def _as64(advantages: torch.Tensor, surprisal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if advantages.dim() != 2 or advantages.shape != surprisal.shape:
+        shapes = f"advantages {tuple(advantages.shape)} and surprisal {tuple(surprisal.shape)}"
+        raise ValueError(f"{shapes} must both be (P, G)")
+    return advantages.to(torch.float64), surprisal.to(torch.float64)
+
+
+def _inverse_permutation(order: torch.Tensor) -> torch.Tensor:
+    """rank[p, order[p, j]] = j: position of each rollout in a per-group ordering."""
+    ranks = torch.arange(order.shape[1], device=order.device).expand_as(order)
+    return torch.empty_like(order).scatter_(1, order, ranks)
+
+
+def sequence_surprisal(per_token_logps: torch.Tensor, mask: torch.Tensor, basis: str = "mean") -> torch.Tensor:
+    """Surprisal of each sampled sequence under the old policy (section 3.1; length-normalised in practice, 3.2).
+
+    ``basis="mean"``: s = -(1/T) sum_t mask_t log pi_old(y_t | x, y_<t) with T the number of unmasked
+    tokens (the paper's practice); ``"sum"``: s = -sum_t mask_t log pi_old (no length normalisation).
+    Masked positions are ignored even if they hold NaN/-inf; a fully masked row gets s = 0.
+
+    Args:
+        per_token_logps: (N, T) old-policy log-probabilities of the sampled tokens.
+        mask: (N, T) bool / 0-1 completion mask.
+    Returns:
+        (N,) surprisal, accumulated in float64 and returned in at least float32.
+    """
+    if basis not in SURPRISAL_BASES:
+        raise ValueError(f"basis must be one of {SURPRISAL_BASES}, got {basis!r}")
+    m = mask.bool()
+    total = torch.where(m, per_token_logps.to(torch.float64), 0.0).sum(dim=1)
+    if basis == "mean":
+        total = total / m.sum(dim=1).clamp(min=1)
+    return (-total).to(torch.promote_types(per_token_logps.dtype, torch.float32))
+
+
+def entropy_contributions(advantages: torch.Tensor, surprisal: torch.Tensor) -> torch.Tensor:
+    """First-order entropy contribution of each rollout, eq. (2) with H(pi_old) estimated by s_bar.
+
+    ``h_g = A_g (s_g - s_bar) / G``, s_bar the mean over the original group; ``sum_g h_g`` is
+    Cov_g(A_g, s_g) of eq. (3) when sum_g A_g = 0. Returned as float64 (P, G).
+    """
+    A, s = _as64(advantages, surprisal)
+    return A * (s - s.mean(dim=1, keepdim=True)) / s.shape[1]
+
+
+def sum_tolerance(advantages: torch.Tensor, surprisal: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
+    """Per-group tolerance (P,) float64 for the sign test ``sum_I h >= 0`` (see the module docstring).
+
+    ``tol = rtol * (1/G) * sum_g |A_g| (|s_g| + |s_bar|)``; ``rtol`` defaults to 8 machine epsilons of
+    the inputs' promoted dtype, so it tracks how precisely A and s were given (fp32: ~9.5e-7).
+    """
+    if rtol is None:
+        rtol = 8 * torch.finfo(torch.promote_types(advantages.dtype, surprisal.dtype)).eps
+    A, s = _as64(advantages, surprisal)
+    scale = (A.abs() * (s.abs() + s.mean(dim=1, keepdim=True).abs())).sum(dim=1) / s.shape[1]
+    return rtol * scale
+
+
+def restore_removed(advantages: torch.Tensor, keep: torch.Tensor, delete: str = "positive") -> torch.Tensor:
+    """Restoration step (eq. 7 for ``"positive"``): which removed rollouts come back.
+
+    ``"positive"`` (paper): only positive-advantage rollouts may stay deleted, so every A <= 0 returns;
+    ``"negative"``: every A >= 0 returns; ``"both"``: nothing returns. Returns the new (P, G) bool keep.
+    """
+    if delete not in DELETE_KINDS:
+        raise ValueError(f"delete must be one of {DELETE_KINDS}, got {delete!r}")
+    keep = keep.bool()
+    if delete == "positive":
+        return keep | (advantages <= 0)
+    if delete == "negative":
+        return keep | (advantages >= 0)
+    return keep.clone()
+
+
+def select_rollouts(
+    advantages: torch.Tensor,
+    surprisal: torch.Tensor,
+    delete: str = "positive",
+    rtol: float | None = None,
+) -> torch.Tensor:
+    """Retained set I_keep of each group: eq. (4) solved greedily, then eq. (7).
+
+    Start from I = all G rollouts; while ``sum_{g in I} h_g < 0`` (i.e. < -tol, :func:`sum_tolerance`)
+    remove the rollout with the most negative h_g, ties to the lowest index. Removing the k most
+    negative h_g minimises the removed sum over all k-subsets, so the first feasible k gives the
+    maximum-cardinality I of eq. (4) (and, among those, the largest sum_I h). Only h_g < 0 rollouts
+    are ever removed, so zero-contribution rollouts (A = 0, or s_g = s_bar) always stay. Then removed
+    rollouts are restored per ``delete`` (:func:`restore_removed`).
+
+    Args:
+        advantages, surprisal: (P, G) float tensors.
+    Returns:
+        (P, G) bool keep mask.
+    """
+    if delete not in DELETE_KINDS:
+        raise ValueError(f"delete must be one of {DELETE_KINDS}, got {delete!r}")
+    h = entropy_contributions(advantages, surprisal)
+    tol = sum_tolerance(advantages, surprisal, rtol)
+    order = torch.sort(h, dim=1, stable=True).indices  # ascending h, ties in index order
+    h_sorted = h.gather(1, order)
+    # kept_sum[:, k] = sum of h over I after removing the k first (most negative); kept_sum[:, G] = 0.
+    tail = torch.flip(torch.cumsum(torch.flip(h_sorted, dims=[1]), dim=1), dims=[1])
+    kept_sum = torch.cat([tail, torch.zeros_like(tail[:, :1])], dim=1)
+    k = (kept_sum >= -tol.unsqueeze(1)).to(torch.int8).argmax(dim=1)  # first feasible k
+    keep = _inverse_permutation(order) >= k.unsqueeze(1)
+    return restore_removed(advantages, keep, delete)
+
+
+def balanced_push_select(
+    advantages: torch.Tensor,
+    surprisal: torch.Tensor,
+    eps: float = 1e-12,
+    min_keep: int | None = None,
+) -> torch.Tensor:
+    """The released code's selector (``balanced_push_zero``), deterministic and without its fallbacks' flaws.
+
+    ``push_g = A_g (s_g - s_bar) = G h_g``; classes: positive (push > eps), negative (push < -eps),
+    zero (|push| <= eps). Keep every positive push; then add negative pushes from the one closest to
+    zero downwards (ties: lowest index) while the running kept sum stays **strictly** > eps, stopping
+    at the first that would not. Zero pushes are excluded, used only as backfill (in index order) up to
+    ``m = min_keep`` (default max(1, G // 4)); groups with no positive push are then topped up with the
+    least negative pushes up to m. In a group with positive pushes the count can stay below m (the
+    reference never adds more negatives there).
+
+    Groups whose pushes are all zero (every all-zero-advantage group, and groups with equal s) keep
+    **all** G rollouts, where the reference keeps a random max(1, G // 4): this is the paper's rule
+    (sum h = 0 >= 0), it is deterministic, zero-advantage rows give no gradient anyway, and a fixed
+    subset (e.g. the first m rows) would only change the loss normaliser by the arbitrary row order
+    -- or, when A != 0 with equal s, discard real gradient signal.
+
+    Returns:
+        (P, G) bool keep mask. Compose with :func:`restore_removed` for the ``balance_neg``-style restoration.
+    """
+    A, s = _as64(advantages, surprisal)
+    G = A.shape[1]
+    m = min(G, max(1, G // 4) if min_keep is None else int(min_keep))
+    push = A * (s - s.mean(dim=1, keepdim=True))
+    pos, neg = push > eps, push < -eps
+    zero = ~(pos | neg)
+    keep = pos.clone()
+    total = torch.where(pos, push, 0.0).sum(dim=1, keepdim=True)
+    # negatives first, closest to zero first (push descending), ties in index order
+    order = torch.sort(torch.where(neg, -push, math.inf), dim=1, stable=True).indices
+    rank = _inverse_permutation(order)
+    neg_sorted = neg.gather(1, order)
+    running = total + torch.where(neg_sorted, push.gather(1, order), 0.0).cumsum(dim=1)
+    n_add = ((running > eps) & neg_sorted).sum(dim=1, keepdim=True)  # running sum decreases: a prefix
+    keep |= neg & (rank < n_add)
+    need = (m - keep.sum(dim=1, keepdim=True)).clamp(min=0)
+    keep |= zero & (zero.cumsum(dim=1) <= need)  # zero pushes by index
+    need = (m - keep.sum(dim=1, keepdim=True)).clamp(min=0)
+    no_pos = ~pos.any(dim=1, keepdim=True)  # single sign, negatives only: none of them kept yet
+    keep |= neg & no_pos & (rank < need)
+    keep |= zero.all(dim=1, keepdim=True)
+    return keep
+
+
+def _kept_weights(s: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """softmax(-s) over each group's kept rollouts (P, G) float64; 0 outside I and for empty I.
+
+    Shifted by min_I s, so every exponent is <= 0 and the largest weight's is exactly 0: no overflow,
+    and the denominator is >= 1 (no 0/0 when every e^{-s} underflows).
+    """
+    s_min = torch.where(keep, s, math.inf).amin(dim=1, keepdim=True)
+    s_min = torch.where(torch.isfinite(s_min), s_min, 0.0)  # empty I
+    e = torch.where(keep, torch.exp(s_min - s), 0.0)
+    return e / e.sum(dim=1, keepdim=True).clamp(min=1.0)
+
+
+def recenter(
+    advantages: torch.Tensor,
+    surprisal: torch.Tensor,
+    keep: torch.Tensor,
+    mode: str = "prob_weighted",
+) -> torch.Tensor:
+    """Recentre the original advantages of the retained set, eq. (9) and the Table 2 ablations.
+
+    ``"prob_weighted"``: ``b = sum_{g in I} e^{-s_g} A_g / sum_{g in I} e^{-s_g}``, computed as the
+    softmax of -s over I (never raw exponentials, so s ~ 1e4 neither under- nor overflows);
+    ``"mean"``: b = equal-weight mean of A over I; ``"none"``: b = 0. Output ``A_g - b`` for g in I and
+    0 for removed rollouts (so groups with empty I are all zero). Same dtype as ``advantages``.
+    """
+    if mode not in RECENTER_MODES:
+        raise ValueError(f"mode must be one of {RECENTER_MODES}, got {mode!r}")
+    A, s = _as64(advantages, surprisal)
+    keep = keep.bool()
+    if mode == "prob_weighted":
+        b = (_kept_weights(s, keep) * A).sum(dim=1, keepdim=True)
+    elif mode == "mean":
+        b = torch.where(keep, A, 0.0).sum(dim=1, keepdim=True) / keep.sum(dim=1, keepdim=True).clamp(min=1)
+    else:
+        b = torch.zeros_like(A[:, :1])
+    return torch.where(keep, A - b, 0.0).to(advantages.dtype)
+
+
+def dropout_metrics(
+    advantages: torch.Tensor,
+    surprisal: torch.Tensor,
+    keep: torch.Tensor,
+    recentered: torch.Tensor,
+) -> dict[str, float]:
+    """Selection telemetry for one batch of (P, G) groups (python floats).
+
+    - ``retained_per_question``: mean kept count over groups with any non-zero advantage (Figure 2c);
+      NaN when there is no such group -- aggregate across steps/ranks with ``retained_sum`` /
+      ``nonzero_groups`` instead.
+    - ``kept_ratio``: kept / (P G).  ``groups_with_deletion``: groups with at least one removed rollout.
+    - ``h_sum_before``: group mean of sum_g h_g (= Cov(A, s), eq. 3); ``h_sum_after``: group mean of
+      sum_{g in I} h_g with the original s_bar (the eq. 4 constraint); ``h_sum_recentered``: the same
+      with the recentered advantages (the entropy proxy of the update actually applied).
+    - ``weighted_adv_mean_before``: group mean of E_{softmax(-s) over all G}[A]; ``..._after``: group mean
+      over non-empty I of E_{softmax(-s) over I}[recentered] (~0 with prob-weighted recentering; NaN if
+      every I is empty).
+    """
+    A, s = _as64(advantages, surprisal)
+    keep = keep.bool()
+    R = recentered.to(torch.float64)
+    G = A.shape[1]
+    gap = s - s.mean(dim=1, keepdim=True)
+    h = A * gap / G
+    counts = keep.sum(dim=1).to(torch.float64)
+    nonzero = (A != 0).any(dim=1)
+    nonempty = keep.any(dim=1)
+    n_nonzero = int(nonzero.sum())
+    retained_sum = float(counts[nonzero].sum())
+    after = (_kept_weights(s, keep) * R).sum(dim=1)[nonempty]
+    return {
+        "retained_per_question": retained_sum / n_nonzero if n_nonzero else math.nan,
+        "retained_sum": retained_sum,
+        "nonzero_groups": float(n_nonzero),
+        "kept_ratio": float(counts.sum() / keep.numel()) if keep.numel() else math.nan,
+        "groups_with_deletion": float((~keep).any(dim=1).sum()),
+        "h_sum_before": float(h.sum(dim=1).mean()),
+        "h_sum_after": float(torch.where(keep, h, 0.0).sum(dim=1).mean()),
+        "h_sum_recentered": float(torch.where(keep, R * gap / G, 0.0).sum(dim=1).mean()),
+        "weighted_adv_mean_before": float((_kept_weights(s, torch.ones_like(keep)) * A).sum(dim=1).mean()),
+        "weighted_adv_mean_after": float(after.mean()) if after.numel() else math.nan,
+    }

@@ -1,0 +1,42 @@
+"""``rollout_dropout: grpodropout`` -- GRPODropout (paper §3, eqs. 2-9) as a pipeline stage.
+
+Reads the configured estimator's per-rollout advantages and the old-policy token log-probs, selects the
+retained set per group (``dropout_selector``/``dropout_delete``), recenters the retained advantages
+(``dropout_recenter``) and returns both; the trainer removes the dropped rollouts from the loss and its
+normaliser. All formulas live in trainer/algorithms/dropout.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..algorithms.dropout import balanced_push_select, dropout_metrics, recenter, select_rollouts, sequence_surprisal
+from ..rollout_batch import RolloutBatch
+from ..stages import StageResult, register_stage
+
+
+@register_stage("rollout_dropout", "grpodropout", needs={"old_logps"}, group_level=True, metric_prefix="dropout")
+def grpodropout(batch: RolloutBatch, args: Any) -> StageResult:
+    """Keep mask and recentered advantages of GRPODropout on the global batch."""
+    A = batch.base_advantages()
+    if A.dim() != 1:
+        raise ValueError(
+            f"rollout_dropout='grpodropout' needs one advantage per rollout, but advantage={args.advantage!r} gives "
+            "per-token advantages"
+        )
+    # Unscorable padding positions can carry NaN sampler log-probs; they are outside the mask anyway.
+    logps = torch.where(batch.mask > 0, batch.old_logps, torch.zeros_like(batch.old_logps))
+    s = batch.groups(sequence_surprisal(logps, batch.mask, basis=args.dropout_surprisal_basis))
+    A_pg = batch.groups(A)
+    if args.dropout_selector == "balanced_push":
+        keep = balanced_push_select(A_pg, s)
+    else:
+        keep = select_rollouts(A_pg, s, delete=args.dropout_delete)
+    A_bar = recenter(A_pg, s, keep, mode=args.dropout_recenter)
+    # Undefined metrics (e.g. retained per question when every group has zero advantage) are NaN; leave them
+    # out rather than let one NaN erase the logged mean of a whole logging window.
+    metrics = {k: v for k, v in dropout_metrics(A_pg, s, keep, A_bar).items() if math.isfinite(v)}
+    return StageResult(keep=keep.reshape(-1), advantages=A_bar.reshape(-1), metrics=metrics)
