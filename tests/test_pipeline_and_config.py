@@ -111,7 +111,7 @@ def test_config_errors_name_field_and_fix(tmp_path, overrides, field):
 
 
 def test_unknown_stage_error_lists_choices(tmp_path):
-    with pytest.raises(ConfigError, match=r"use one of \['none'"):
+    with pytest.raises(ConfigError, match=r"use one of \['grpodropout', 'none'"):
         cfg(tmp_path, rollout_dropout="nope")
 
 
