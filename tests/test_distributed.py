@@ -19,7 +19,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "distributed" / "scenarios.py"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
-DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo"]
+DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -66,14 +66,19 @@ def _check_against_reference(results: Path, run: str, name: str) -> dict:
     p_two = _load(results / run / f"{name}.params.pt")
     assert p_ref.keys() == p_two.keys()
     assert max(float((p_ref[k] - p_two[k]).abs().max()) for k in p_ref) <= PARAM_TOL
-    losses = lambda rec: [h["loss"] for h in rec["log_history"] if "loss" in h]  # noqa: E731
-    assert losses(ref) == pytest.approx(losses(ranks[0]), abs=1e-5)
+    logged = lambda rec, key: [h[key] for h in rec["log_history"] if key in h]  # noqa: E731
+    assert logged(ref, "loss") == pytest.approx(logged(ranks[0], "loss"), abs=1e-5)
+    # every stage's decisions (kept counts, and GRPODropout's when configured) match one process
+    for key in ("stages/kept_rollouts", "dropout/kept_ratio", "dropout/groups_with_deletion"):
+        assert logged(ref, key) == logged(ranks[0], key) == logged(ranks[1], key), key
     return {"ref": ref, "ranks": ranks}
 
 
 @pytest.mark.parametrize("name", DDP_SCENARIOS)
 def test_two_processes_match_one(results, name):
     out = _check_against_reference(results, "world2", name)
+    if name == "filter_grpodropout":
+        assert any(h.get("dropout/groups_with_deletion", 0) > 0 for h in out["ref"]["log_history"]), "nothing deleted"
     if name.startswith("filter"):
         # the filter really removed something on some step, so the decisions above were not trivial
         assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])

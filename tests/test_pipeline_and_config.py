@@ -100,6 +100,10 @@ def cfg(tmp_path, **kw):
         (dict(advantage_std="sample"), "advantage_std"),
         (dict(advantage_eps=0.0), "advantage_eps"),
         (dict(old_logps_source="vllm"), "old_logps_source"),
+        (dict(dropout_delete="pos"), "dropout_delete"),
+        (dict(dropout_recenter="weighted"), "dropout_recenter"),
+        (dict(dropout_surprisal_basis="avg"), "dropout_surprisal_basis"),
+        (dict(dropout_selector="balance_neg"), "dropout_selector"),
         (dict(num_generations=1, per_device_train_batch_size=4), "num_generations"),
     ],
 )

@@ -56,6 +56,8 @@ SUITES = {
         "filter_dapo": (dict(loss_type="dapo"), 2),
         "filter_grpo_kl_accum": (dict(loss_type="grpo", beta=0.04, gradient_accumulation_steps=2), 2),
         "off_dr_grpo": (dict(loss_type="dr_grpo", rollout_filter="none"), 2),
+        # GRPODropout after the filter: old-policy log-probs come from each rank's own forward, then are gathered
+        "filter_grpodropout": (dict(loss_type="grpo", rollout_dropout="grpodropout"), 2),
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {
