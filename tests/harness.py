@@ -114,21 +114,26 @@ def grads_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def one_step_loss_and_grads(trainer: Any, generation_seed: int = 1234) -> tuple[dict[str, Any], torch.Tensor, dict]:
-    """Generate one generation batch through the trainer's real ``_prepare_inputs`` and backprop one
-    micro-batch loss, as the training loop does with gradient_accumulation_steps=1.
-
-    Returns (inputs, loss, grads).
-    """
+def loss_and_grads(trainer: Any, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict]:
+    """Loss and parameter gradients of one micro-batch through ``trainer.compute_loss``, as the training loop
+    runs it with gradient_accumulation_steps=1 (no optimizer step)."""
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps
-    batch = next(iter(trainer.get_train_dataloader()))
-    torch.manual_seed(generation_seed)
-    inputs = trainer._prepare_inputs(batch)
     trainer.model.zero_grad(set_to_none=True)
     loss = trainer.compute_loss(trainer.model, inputs)
     loss.backward()
-    return inputs, loss.detach(), grads_of(trainer.model)
+    return loss.detach(), grads_of(trainer.model)
+
+
+def one_step_loss_and_grads(trainer: Any, generation_seed: int = 1234) -> tuple[dict[str, Any], torch.Tensor, dict]:
+    """Generate one generation batch through the trainer's real ``_prepare_inputs`` and backprop one
+    micro-batch loss (see :func:`loss_and_grads`). Returns (inputs, loss, grads)."""
+    trainer.model.train()
+    batch = next(iter(trainer.get_train_dataloader()))
+    torch.manual_seed(generation_seed)
+    inputs = trainer._prepare_inputs(batch)
+    loss, grads = loss_and_grads(trainer, inputs)
+    return inputs, loss, grads
 
 
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

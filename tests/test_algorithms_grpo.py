@@ -54,19 +54,21 @@ def test_grpo_equals_trl_bit_for_bit(data, scale):
 @settings(max_examples=300, deadline=None)
 @given(reward_groups(), st.sampled_from(["unbiased", "population"]))
 def test_group_invariants(data, std):
-    """Per group: advantages sum to 0, are shift invariant, and with population std have unit RMS."""
+    """Per group with a real spread: advantages sum to 0, are shift invariant, and with population std have
+    unit RMS. Groups whose spread is at float32 rounding level (near-constant rewards) are left out: there
+    (R - mean) is rounding noise that 1 / (sigma + eps) amplifies, in TRL as here -- see the dyadic test below."""
     R, G = data
     A, sigma = grpo_advantages(R, G, std=std, eps=1e-6)
-    Ag = group_view(A, G)
-    scale = group_view(R, G).abs().amax(dim=1).clamp(min=1)
-    assert torch.all(Ag.sum(dim=1).abs() <= 1e-3 * G * (1 + Ag.abs().amax(dim=1)))
     A_shift, _ = grpo_advantages(R + 7.0, G, std=std, eps=1e-6)
-    assert torch.allclose(A, A_shift, atol=1e-2 * float(scale.max()))
+    Ag, Ag_shift = group_view(A, G), group_view(A_shift, G)
+    scale = group_view(R, G).abs().amax(dim=1).clamp(min=8.0)  # 8: the shifted rewards' magnitude too
+    spread = group_view(sigma, G)[:, 0] / scale
+    real = spread > 1e-3
+    assert torch.all(Ag[real].sum(dim=1).abs() <= 1e-3 * G)
+    assert torch.allclose(Ag[real], Ag_shift[real], atol=1e-2)
     if std == "population":
-        s = group_view(sigma, G)[:, 0]
-        big = s > 1e-2  # away from eps-dominated groups
-        rms = Ag.pow(2).mean(dim=1).sqrt()
-        assert torch.allclose(rms[big], torch.ones_like(rms[big]), atol=1e-3)
+        rms = Ag[real].pow(2).mean(dim=1).sqrt()
+        assert torch.allclose(rms, torch.ones_like(rms), atol=1e-3)
 
 
 @settings(max_examples=200, deadline=None)

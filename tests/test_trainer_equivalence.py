@@ -13,7 +13,9 @@ import torch
 from harness import (
     BASE_ARGS,
     deterministic_rollout_func,
+    grads_of,
     kept_rows_only,
+    loss_and_grads,
     max_abs_diff,
     one_step_loss_and_grads,
     prompt_dataset,
@@ -92,14 +94,9 @@ def test_removed_means_removed(tiny_model, tmp_path, loss_type):
 
     ref_overrides = {k: v for k, v in overrides.items() if k != "rollout_dropout"}
     ref = build(GRPOTrainer, GRPOConfig, tiny_model, tmp_path, rollout=True, **ref_overrides)
-    ref.model.train()
-    ref.current_gradient_accumulation_steps = 1
     sliced["ref_per_token_logps"] = inputs["ref_per_token_logps"][kept]
-    ref.model.zero_grad(set_to_none=True)
-    ref_loss = ref.compute_loss(ref.model, sliced)
-    ref_loss.backward()
-    ref_grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in ref.model.named_parameters()}
-    assert abs(float(ref_loss.detach() - win_loss)) <= 1e-6
+    ref_loss, ref_grads = loss_and_grads(ref, sliced)
+    assert abs(float(ref_loss - win_loss)) <= 1e-6
     assert max_abs_diff(ref_grads, win_grads) <= 1e-6
     # and the dropped rows really were dropped: with them kept the gradient differs
     assert float(inputs["advantages"][~kept].abs().sum()) == 0.0
@@ -122,7 +119,7 @@ def test_per_token_advantages_reach_the_loss(tiny_model, tmp_path):
     logps, _, _ = tr._get_per_token_logps_and_entropies(tr.model, ids, attn, inputs["completion_ids"].size(1))
     explicit = -((A * logps * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
     explicit.backward()
-    explicit_grads = {n: (p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in tr.model.named_parameters()}
+    explicit_grads = grads_of(tr.model)
     assert max_abs_diff(grads, explicit_grads) <= 1e-6
     # a scalar advantage with the same row means would give a different gradient: the pattern matters
     assert float(A[:, 0].abs().sum()) > 0 and not torch.allclose(A[:, 0], A[:, -1])
