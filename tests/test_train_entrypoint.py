@@ -79,3 +79,17 @@ def test_config_error_fails_before_loading(tmp_path):
     assert proc.returncode != 0
     assert "WinnowConfig.rollout_filter" in proc.stderr and "Fix:" in proc.stderr
     assert "Loading weights" not in proc.stderr
+
+
+def test_lora_recipe_trains_an_adapter(tmp_path, tiny_model):
+    """LoRA through TRL/PEFT's ModelConfig fields: one step trains and saves an adapter, not full weights."""
+    out = tmp_path / "lora"
+    recipe = tmp_path / "lora.yaml"
+    recipe.write_text(yaml.safe_dump({**RECIPE, "output_dir": str(out), "max_steps": 1, "save_steps": 1,
+                                      "use_peft": True, "lora_r": 4, "lora_alpha": 8,
+                                      "lora_target_modules": ["q_proj", "v_proj"]}))
+    _train(recipe)
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    assert not (out / "model.safetensors").exists()
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["r"] == 4 and set(config["target_modules"]) == {"q_proj", "v_proj"}
