@@ -1,18 +1,29 @@
-"""winnow-rl trainer: WinnowConfig, WinnowGRPOTrainer and the stage registries."""
+"""winnow-rl trainer: WinnowConfig, WinnowGRPOTrainer and the stage registries.
 
-from .config import ConfigError, WinnowConfig
-from .grpo_trainer import WinnowGRPOTrainer
-from .reward_guard import RewardFunctionError
-from .rollout_batch import RolloutBatch
-from .stages import StageResult, available, register_stage
+Exports resolve lazily (PEP 562), so ``python -m trainer.assets`` or ``trainer.algorithms`` do not pay for
+importing TRL and transformers.
+"""
 
-__all__ = [
-    "ConfigError",
-    "RewardFunctionError",
-    "RolloutBatch",
-    "StageResult",
-    "WinnowConfig",
-    "WinnowGRPOTrainer",
-    "available",
-    "register_stage",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ConfigError": ".config",
+    "WinnowConfig": ".config",
+    "WinnowGRPOTrainer": ".grpo_trainer",
+    "RewardFunctionError": ".reward_guard",
+    "RolloutBatch": ".rollout_batch",
+    "StageResult": ".stages",
+    "available": ".stages",
+    "register_stage": ".stages",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
