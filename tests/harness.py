@@ -64,6 +64,19 @@ def reward_length(completions: list[str], completion_ids: list[list[int]], **kwa
     return [len(ids) / 8 for ids in completion_ids]
 
 
+def reward_parity_flat_at(*steps: int):
+    """:func:`reward_token_parity`, except constant (0.5) while generating for the given optimizer steps
+    (1-based): every group's reward variance is zero there, so an SNR filter without include_zero keeps
+    nothing and the step is empty. TRL passes ``trainer_state`` to reward functions."""
+
+    def reward_parity_flat(completions, completion_ids, trainer_state=None, **kwargs):
+        if trainer_state is not None and trainer_state.global_step + 1 in steps:
+            return [0.5] * len(completion_ids)
+        return reward_token_parity(completions, completion_ids)
+
+    return reward_parity_flat
+
+
 def _digest(*parts: Any) -> int:
     return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "little")
 
@@ -134,6 +147,16 @@ def one_step_loss_and_grads(trainer: Any, generation_seed: int = 1234) -> tuple[
     inputs = trainer._prepare_inputs(batch)
     loss, grads = loss_and_grads(trainer, inputs)
     return inputs, loss, grads
+
+
+def trl_trainer(model: str, output_dir: str, **overrides: Any):
+    """TRL's own GRPOTrainer on the harness batch (BASE_ARGS + ``overrides``): the reference that winnow's
+    removed-rollout gradients are checked against."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    return GRPOTrainer(model=model, reward_funcs=[reward_token_parity, reward_length],
+                       args=GRPOConfig(output_dir=output_dir, **{**BASE_ARGS, **overrides}),
+                       train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
 
 
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

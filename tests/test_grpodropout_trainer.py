@@ -15,8 +15,8 @@ from harness import (
     prompt_dataset,
     reward_length,
     reward_token_parity,
+    trl_trainer,
 )
-from trl import GRPOConfig, GRPOTrainer
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
 from trainer.algorithms.dropout import recenter, select_rollouts, sequence_surprisal
@@ -44,10 +44,7 @@ def test_dropped_rollouts_get_zero_gradient(tiny_model, tmp_path, loss_type):
     assert float(inputs["advantages"][~kept].abs().sum()) == 0.0
 
     # the gradient is TRL's loss on the kept rollouts alone: dropped rollouts contribute exactly nothing
-    ref = GRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length],
-                      args=GRPOConfig(output_dir=str(tmp_path / "ref"), **{**BASE_ARGS, "per_device_train_batch_size": ROWS,
-                                                                          "loss_type": loss_type}),
-                      train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
+    ref = trl_trainer(tiny_model, str(tmp_path / "ref"), per_device_train_batch_size=ROWS, loss_type=loss_type)
     ref_loss, ref_grads = loss_and_grads(ref, sliced)
     assert abs(float(ref_loss - loss)) <= 1e-6
     assert max_abs_diff(ref_grads, grads) <= 1e-6

@@ -15,7 +15,9 @@ Kinds:
   micro-batch (the default, ``none``, is TRL's loss unchanged).
 
 ``needs`` names inputs the trainer must compute before the pipeline runs: ``old_logps`` (old-policy
-per-token log-probs at the sampling temperature) and ``entropies`` (old-policy token entropy).
+per-token log-probs at the sampling temperature) and ``entropies`` (old-policy token entropy). It is a set,
+or a function of the config returning one when what a stage needs depends on its options (the SNR filter
+needs entropies only for its entropy scores; an extra forward pass every step would be waste otherwise).
 Stage functions are pure in the sense that every rank calls them on the same global batch and must get
 the same answer: any randomness must come from a generator seeded from ``args`` and the step.
 """
@@ -42,6 +44,9 @@ class StageResult:
     keep: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    # Multiplies the final advantages (after the estimator and every other stage), e.g. RAGEN-2's
+    # filter_loss_scaling by the kept fraction of groups.
+    advantage_scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Stage:
     kind: str
     name: str
     fn: Callable[..., Any]
-    needs: frozenset[str] = frozenset()
+    needs: frozenset[str] | Callable[[Any], frozenset[str]] = frozenset()
     group_level: bool = False  # needs num_generations >= 2
     metric_prefix: str = ""
 
@@ -63,19 +68,21 @@ def register_stage(
     kind: str,
     name: str,
     *,
-    needs: set[str] | frozenset[str] = frozenset(),
+    needs: set[str] | frozenset[str] | Callable[[Any], set[str] | frozenset[str]] = frozenset(),
     group_level: bool = False,
     metric_prefix: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator registering ``fn`` as stage ``name`` of ``kind``. Re-registering a name replaces it."""
+    """Decorator registering ``fn`` as stage ``name`` of ``kind``. Re-registering a name replaces it.
+
+    ``needs`` is a set of input names, or ``needs(args) -> set`` when it depends on the config."""
     if kind not in STAGE_KINDS:
         raise ValueError(f"unknown stage kind {kind!r}; expected one of {STAGE_KINDS}")
-    unknown = set(needs) - KNOWN_NEEDS
-    if unknown:
-        raise ValueError(f"stage {name!r} needs unknown inputs {sorted(unknown)}; known: {sorted(KNOWN_NEEDS)}")
+    if not callable(needs):
+        _check_needs(name, needs)
+        needs = frozenset(needs)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _REGISTRY[kind][name] = Stage(kind, name, fn, frozenset(needs), group_level, metric_prefix or name)
+        _REGISTRY[kind][name] = Stage(kind, name, fn, needs, group_level, metric_prefix or name)
         return fn
 
     return decorator
@@ -99,12 +106,26 @@ def configured_stages(args: Any) -> list[Stage]:
     return [get_stage(kind, getattr(args, kind)) for kind in STAGE_KINDS]
 
 
+def _check_needs(name: str, needs: Any) -> None:
+    unknown = set(needs) - KNOWN_NEEDS
+    if unknown:
+        raise ValueError(f"stage {name!r} needs unknown inputs {sorted(unknown)}; known: {sorted(KNOWN_NEEDS)}")
+
+
 def required_inputs(args: Any) -> frozenset[str]:
-    """Union of the ``needs`` of every configured stage."""
+    """Union of the ``needs`` of every configured stage (evaluated against ``args`` where it is a function)."""
     out: frozenset[str] = frozenset()
     for stage in configured_stages(args):
-        out |= stage.needs
+        needs = stage.needs(args) if callable(stage.needs) else stage.needs
+        _check_needs(stage.name, needs)
+        out |= frozenset(needs)
     return out
+
+
+def can_remove_rollouts(args: Any) -> bool:
+    """Whether the configured stages can take rollouts out of the loss (then an optimizer step can end up
+    with nothing to train on, and the trainer must skip it rather than let Adam move on stale moments)."""
+    return args.rollout_filter != "none" or args.rollout_dropout != "none"
 
 
 @dataclass
@@ -119,6 +140,7 @@ class PipelineOutput:
 def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
     """Run filter -> dropout -> advantage on ``batch`` and return the combined decision."""
     metrics: dict[str, float] = {}
+    scale = 1.0
     estimator = get_stage("advantage", args.advantage)
 
     def estimate(b: RolloutBatch) -> torch.Tensor:
@@ -136,10 +158,18 @@ def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
         if result.advantages is not None:
             _check_advantages(stage, result.advantages, batch)
             batch.advantages = result.advantages
+        if result.advantage_scale is not None:
+            scale *= float(result.advantage_scale)
         _merge_metrics(metrics, stage, result.metrics)
-    advantages = batch.advantages if batch.advantages is not None else batch.base_advantages()
-    _check_advantages(estimator, advantages, batch)
     keep = batch.keep
+    if not bool(keep.any()):
+        # Nothing left to train on: no estimator call (a group statistic over nothing), zero advantages.
+        advantages = torch.zeros_like(batch.R)
+    else:
+        advantages = batch.advantages if batch.advantages is not None else batch.base_advantages()
+        _check_advantages(estimator, advantages, batch)
+    if scale != 1.0:
+        advantages = advantages * scale
     mask = keep if advantages.dim() == 1 else keep.unsqueeze(1)
     advantages = torch.where(mask, advantages, torch.zeros_like(advantages))
     kept = int(keep.sum())

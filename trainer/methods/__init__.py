@@ -5,3 +5,4 @@ sees them).
 """
 
 from . import grpodropout  # noqa: F401  (registers rollout_dropout: grpodropout)
+from . import snr  # noqa: F401  (registers rollout_filter: snr)

@@ -1,0 +1,157 @@
+"""Skipping optimizer steps that have nothing to train on.
+
+When stages remove every rollout that an optimizer step would see (an SNR filter that keeps no group,
+GRPODropout on a batch of one-sided groups, ...), the loss of that step is identically zero and so are
+the gradients -- but ``optimizer.step()`` would still move the weights: Adam applies its first moment,
+AdamW its weight decay, and both advance their moments and step counters. RAGEN's trainer skips such a step;
+so do we, and we define "skip" the way HF Trainer treats a skipped fp16-overflow step:
+
+- weights, optimizer moments and the optimizer's step counter do not change;
+- the LR scheduler does not advance (HF Trainer only steps it when ``optimizer_step_was_skipped`` is
+  False), so the schedule continues from where it was on the next real update;
+- ``global_step`` does advance: the skipped step is one of ``max_steps`` (one rollout-update iteration
+  spent, as in RAGEN's ``total_training_steps``), and it is logged (``stages/empty_step`` = 1).
+
+Detection is per optimizer step, not per generation batch: TRL shuffles a generation batch and splits it
+over ``steps_per_generation`` micro-steps, so with ``steps_per_generation > gradient_accumulation_steps``
+one optimizer step can be empty while another of the same generation is not. The loss-token count of every
+micro-batch of the accumulation window is summed over processes at the window's last micro-batch (one
+scalar all-reduce that every rank reaches), before its forward -- DeepSpeed steps inside ``backward``.
+
+Backends: plain PyTorch / DDP (the accelerate-wrapped optimizer's ``step`` becomes a no-op once) and
+DeepSpeed ZeRO 1-3 (the ZeRO optimizer takes its own overflow path once: gradients cleared, no update,
+``engine.skipped_steps`` + 1). The skip is installed for one call only, so nothing stays patched.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+
+class EmptyStepGuard:
+    """Counts loss tokens per accumulation window and skips the optimizer step of an empty window."""
+
+    def __init__(self, stop_after: int):
+        self.stop_after = stop_after  # consecutive empty steps before training stops; 0 = never
+        self.consecutive_empty = 0
+        self.skipped_steps = 0
+        self._window_tokens = 0.0
+
+    def observe(self, trainer: Any, inputs: dict[str, Any]) -> None:
+        """Account one training micro-batch; at the window's last one, decide and arm the skip.
+
+        Every rank must call this for every micro-batch (the boundary all-reduce is collective)."""
+        mask = inputs["completion_mask"]
+        if inputs.get("tool_mask") is not None:
+            mask = mask * inputs["tool_mask"]
+        self._window_tokens += float(mask.sum())
+        acc = trainer.accelerator
+        if not acc.sync_gradients:
+            return
+        local = torch.tensor([self._window_tokens], dtype=torch.float64, device=mask.device)
+        total = float(acc.reduce(local, reduction="sum").item()) if acc.num_processes > 1 else self._window_tokens
+        self._window_tokens = 0.0
+        _reset_skip_flag(trainer)
+        empty = total == 0.0
+        if empty:
+            self.consecutive_empty += 1
+            self.skipped_steps += 1
+            _arm_skip(trainer)
+        else:
+            self.consecutive_empty = 0
+        metrics = trainer._metrics["train"]
+        metrics["stages/empty_step"].append(float(empty))
+        metrics["stages/consecutive_empty_steps"].append(float(self.consecutive_empty))
+        metrics["stages/skipped_steps_total"].append(float(self.skipped_steps))
+
+    def should_stop(self) -> bool:
+        """Whether ``stop_after`` consecutive steps were empty."""
+        return self.stop_after > 0 and self.consecutive_empty >= self.stop_after
+
+
+class EmptyStepStopCallback(TrainerCallback):
+    """Ends training after ``snr_empty_stop_steps`` consecutive empty steps, saying why."""
+
+    def __init__(self, guard: EmptyStepGuard, args: Any):
+        self.guard = guard
+        self.filter_name = args.rollout_filter
+        self.dropout_name = args.rollout_dropout
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.guard.should_stop() and not control.should_training_stop:
+            message = (
+                f"winnow-rl: stopping at step {state.global_step}: the last {self.guard.consecutive_empty} optimizer "
+                f"steps had no rollout left to train on (rollout_filter={self.filter_name!r}, "
+                f"rollout_dropout={self.dropout_name!r}); those steps were skipped. Typical cause: every prompt group "
+                "has (near) zero reward variance -- the task is solved or hopeless for this policy. Raise the task's "
+                "difficulty range, set snr_include_zero=True or a softer snr_strategy, or snr_empty_stop_steps=0 to "
+                "keep going."
+            )
+            logger.warning(message)
+            state.log_history.append({"step": state.global_step, "winnow_stop_reason": message})
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def _deepspeed_optimizer(trainer: Any) -> Any | None:
+    engine = getattr(trainer.accelerator, "deepspeed_engine_wrapped", None)
+    return None if engine is None else engine.engine.optimizer
+
+
+def _arm_skip(trainer: Any) -> None:
+    """Make the next optimizer step of ``trainer`` a no-op (once)."""
+    zero_optimizer = _deepspeed_optimizer(trainer)
+    if zero_optimizer is not None:
+        _arm_zero_skip(zero_optimizer)
+        return
+    optimizer = trainer.optimizer  # accelerate's AcceleratedOptimizer
+
+    def skipped_step(*args: Any, **kwargs: Any) -> None:
+        del optimizer.step  # back to the class's step for the next call
+        optimizer._is_overflow = True  # -> accelerator.optimizer_step_was_skipped: HF Trainer keeps the LR
+
+    optimizer.step = skipped_step
+
+
+def _reset_skip_flag(trainer: Any) -> None:
+    """Clear the skipped-step flag left by the previous window (accelerate sets it only under a grad scaler,
+    which recomputes it in its own step anyway)."""
+    if _deepspeed_optimizer(trainer) is None and trainer.optimizer is not None:
+        trainer.optimizer._is_overflow = False
+
+
+def _arm_zero_skip(optimizer: Any) -> None:
+    """One ZeRO optimizer step through its overflow path: gradients cleared, no update, no loss-scale change.
+
+    The engine then counts a skipped step and does not advance its scheduler, and accelerate reports
+    ``step_was_skipped`` from ``optimizer.overflow`` so HF Trainer keeps its LR too. The ZeRO stages keep
+    gradient partitions of their own, so clearing ``param.grad`` alone would not be enough."""
+    if not hasattr(optimizer, "overflow"):
+        raise NotImplementedError(
+            f"skipping an empty step is implemented for DeepSpeed ZeRO optimizers, not {type(optimizer).__name__}"
+        )
+
+    def skipped_step(*args: Any, **kwargs: Any) -> None:
+        del optimizer.step
+        optimizer.overflow = True
+        if hasattr(optimizer, "_overflow_clean_up"):  # ZeRO-3
+            optimizer._overflow_clean_up(optimizer.loss_scale)
+            return
+        optimizer.zero_grad(set_to_none=True)  # ZeRO-1/2, mirroring its overflow branch
+        if hasattr(optimizer, "_release_preflattened_grad_buffers"):
+            optimizer._release_preflattened_grad_buffers()
+        if getattr(optimizer, "cpu_offload", False):
+            optimizer.reset_cpu_buffers()
+        else:
+            for key in list(getattr(optimizer, "averaged_gradients", {})):
+                optimizer.averaged_gradients[key] = None
+                optimizer.all_grad_tensors[key] = None
+
+    optimizer.step = skipped_step
