@@ -12,6 +12,7 @@ from trl import GRPOConfig
 
 from . import stages
 from .algorithms.grpo import STD_KINDS
+from .algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
 DROPOUT_DELETE = ("positive", "negative", "both")
@@ -116,6 +117,105 @@ class WinnowConfig(GRPOConfig):
         },
     )
 
+    # --- RAGEN-2 SNR-aware filtering (rollout_filter: snr) -------------------------------------------
+    snr_metric: str = field(
+        default="reward_variance",
+        metadata={
+            "help": "Per-group score of the SNR filter: 'reward_variance' (paper §3.4: population variance of the "
+            "group's rewards), 'reward_std' (unbiased std: what the released code computes under the name "
+            "reward_variance), 'reward_sum', 'reward_mean', 'entropy' (group mean of per-rollout token-mean policy "
+            "entropy; costs one no-grad forward per step), 'entropy_variance', 'entropy_std', 'length'."
+        },
+    )
+    snr_strategy: str = field(
+        default="top_p",
+        metadata={
+            "help": "Group selection: 'top_p' (keep groups carrying snr_value of the total score, see "
+            "snr_top_p_mode), 'top_k' (keep int(snr_value * groups)), 'top_k_abs' (keep int(snr_value)), 'min_p' "
+            "(keep scores >= snr_value * max)."
+        },
+    )
+    snr_value: float = field(
+        default=0.9,
+        metadata={
+            "help": "The strategy's parameter rho: top_p mass (>= 1 keeps every candidate), top_k fraction, "
+            "top_k_abs count or min_p ratio. The paper's filter is top_p 0.9."
+        },
+    )
+    snr_top_p_mode: str = field(
+        default="linear",
+        metadata={
+            "help": "top_p: 'linear' (sort descending, keep the shortest prefix whose cumulative score reaches "
+            "rho * sum - snr_eps, stopping at non-positive scores; keep nothing if unreachable -- the docs' "
+            "recommendation) or 'softmax' (cumulative softmax probability of the scores; always keeps >= 1 group; "
+            "the paper's main table)."
+        },
+    )
+    snr_keep: str = field(
+        default="largest",
+        metadata={
+            "help": "Keep the 'largest' scores (the method) or the 'smallest' (the paper's ablation; undefined for "
+            "linear top_p)."
+        },
+    )
+    snr_include_zero: bool = field(
+        default=False,
+        metadata={
+            "help": "Whether groups scoring 0 (e.g. all-equal rewards) can be kept. False (the docs' "
+            "recommendation) drops them even at snr_value >= 1 -- DAPO-style filtering without resampling; the "
+            "released code defaults to True."
+        },
+    )
+    snr_eps: float = field(
+        default=0.01,
+        metadata={"help": "selection_eps of linear top_p: the threshold is rho * sum(scores) - snr_eps."},
+    )
+    snr_loss_scaling: str = field(
+        default="none",
+        metadata={
+            "help": "Scale the final advantages by the kept fraction of groups: 'none', 'linear' (x kept/total) or "
+            "'sqrt' (x sqrt(kept/total)); the released code's filter_loss_scaling."
+        },
+    )
+    snr_empty_stop_steps: int = field(
+        default=5,
+        metadata={
+            "help": "Stop training after this many consecutive optimizer steps with nothing to train on (every "
+            "rollout filtered or dropped; such a step is skipped: weights, optimizer moments and the LR schedule do "
+            "not move). 0 never stops."
+        },
+    )
+
+    # --- RAGEN-2 collapse detector -------------------------------------------------------------------------
+    collapse_detection: bool = field(
+        default=False,
+        metadata={
+            "help": "Log mutual-information 'template collapse' metrics (collapse/*, paper §3.2/§3.5): reasoning "
+            "traces of the unfiltered batch are scored under every distinct prompt of the batch with the current "
+            "policy (teacher-forced, no grad)."
+        },
+    )
+    collapse_every: int = field(
+        default=5,
+        metadata={"help": "Run the collapse check at step 1 and then on the first generation of every this many steps."},
+    )
+    collapse_num_samples: int = field(
+        default=64,
+        metadata={"help": "Reasoning traces sampled (seeded, without replacement) from the batch per check."},
+    )
+    collapse_max_tokens: int = field(
+        default=32768,
+        metadata={
+            "help": "Cap on tokens fed through the model per check (sum over all trace x prompt pairs of prompt + "
+            "trace length): traces are admitted in sampling order while they fit. Cost = #prompts x #traces "
+            "teacher-forced sequences."
+        },
+    )
+    collapse_micro_batch_size: int = field(
+        default=32,
+        metadata={"help": "Sequences per forward pass of the collapse check (per process)."},
+    )
+
     def __post_init__(self) -> None:
         self._validate_winnow()
         super().__post_init__()
@@ -137,9 +237,15 @@ class WinnowConfig(GRPOConfig):
             ("dropout_delete", DROPOUT_DELETE),
             ("dropout_recenter", DROPOUT_RECENTER),
             ("dropout_surprisal_basis", DROPOUT_BASIS),
+            ("snr_metric", SCORE_METRICS),
+            ("snr_strategy", STRATEGIES),
+            ("snr_top_p_mode", TOP_P_MODES),
+            ("snr_keep", KEEP_MODES),
+            ("snr_loss_scaling", LOSS_SCALING),
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
+        self._validate_snr_and_collapse()
         if self.num_generations is not None and self.num_generations < 2:
             group_stages = [s for s in stages.configured_stages(self) if s.group_level]
             if group_stages:
@@ -150,3 +256,26 @@ class WinnowConfig(GRPOConfig):
                     f"(got {self.num_generations})",
                     "set num_generations >= 2",
                 )
+
+    def _validate_snr_and_collapse(self) -> None:
+        if not self.snr_value > 0:
+            raise ConfigError("snr_value", f"must be > 0 (got {self.snr_value})", "use e.g. 0.9 (top_p) or 0.5 (top_k)")
+        if self.snr_strategy == "top_p" and self.snr_top_p_mode == "linear" and self.snr_keep == "smallest":
+            raise ConfigError(
+                "snr_keep",
+                "'smallest' is undefined for linear top_p (an ascending cumulative sum with a stop at non-positive "
+                "scores keeps nothing meaningful)",
+                "use snr_strategy 'top_k', 'top_k_abs' or 'min_p', or snr_top_p_mode 'softmax' (the paper's "
+                "keep-smallest ablation is top_k 0.5)",
+            )
+        for name in ("snr_eps", "snr_empty_stop_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(name, f"must be >= 0 (got {getattr(self, name)})", "use a non-negative value")
+        for name, low in (
+            ("collapse_every", 1),
+            ("collapse_num_samples", 2),
+            ("collapse_max_tokens", 1),
+            ("collapse_micro_batch_size", 1),
+        ):
+            if getattr(self, name) < low:
+                raise ConfigError(name, f"must be >= {low} (got {getattr(self, name)})", f"use a value >= {low}")

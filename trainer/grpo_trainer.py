@@ -15,7 +15,9 @@ import torch
 from trl import GRPOTrainer
 
 from . import stages
+from .collapse import CollapseDetector
 from .config import ConfigError, WinnowConfig
+from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .reward_guard import RewardGuard
 from .rollout_batch import RolloutBatch
 
@@ -40,6 +42,11 @@ class WinnowGRPOTrainer(GRPOTrainer):
         super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
         self._stage_needs = stages.required_inputs(args)
         self._global_rewards_per_func: torch.Tensor | None = None
+        # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
+        self._empty_steps = EmptyStepGuard(args.snr_empty_stop_steps) if stages.can_remove_rollouts(args) else None
+        if self._empty_steps is not None:
+            self.add_callback(EmptyStepStopCallback(self._empty_steps, args))
+        self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
 
     # --- TRL override points -------------------------------------------------------------------------
 
@@ -56,12 +63,26 @@ class WinnowGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training:
             return output
+        step = self.state.global_step + 1
+        if self._collapse is not None and self._collapse.due(step):
+            # On the unfiltered batch, before any stage removes rollouts (RAGEN's order).
+            traces, contexts, whole = self._collapse.batch_traces(self, output)
+            for name, value in self._collapse.check(self, traces, contexts, step, whole).items():
+                self._metrics["train"][f"collapse/{name}"].append(value)
         batch = self._build_rollout_batch(output)
         decision = stages.run_pipeline(batch, self.args)
         self._apply_decision(output, decision)
         for name, value in decision.metrics.items():
             self._metrics["train"][name].append(value)
         return output
+
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
+        """TRL's buffered micro-batch; when stages can remove rollouts, also account its loss tokens so an
+        optimizer step left with none is skipped (trainer/empty_steps.py)."""
+        inputs = super()._prepare_inputs(generation_batch)
+        if self.model.training and self._empty_steps is not None:
+            self._empty_steps.observe(self, inputs)
+        return inputs
 
     def _compute_loss(self, model, inputs):
         """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""

@@ -1,0 +1,259 @@
+"""RAGEN-2's template-collapse detector (paper §3.2, §3.5): is the reasoning still input-dependent?
+
+Every ``collapse_every`` steps (and at step 1) the trainer hands the *unfiltered* global batch to
+:class:`CollapseDetector`. It extracts (X, Z) pairs -- X = the context up to and including the opening think
+tag, Z = the exact sampled reasoning tokens up to the closing tag -- samples up to ``collapse_num_samples``
+traces (seeded, identical on every rank), scores each Z under every distinct X of the batch with the current
+policy (teacher-forced, no grad, at the sampling temperature, through TRL's own log-prob helper so PEFT,
+ZeRO-3 and the fused LM head behave as in the loss), and logs the MI family of :func:`mi_metrics` on the
+per-token mean (``collapse/*``) and summed (``collapse/*_seq``) log-prob matrices.
+
+Cost of one check = (#distinct contexts) x (#sampled traces) teacher-forced sequences, bounded by
+``collapse_max_tokens`` real tokens; the pairs are split evenly over processes (every rank runs the same
+number of forward passes, which ZeRO-3 needs) and scored ``collapse_micro_batch_size`` at a time.
+
+Differences from the released code, on purpose: Z is the sampled token ids, not re-tokenised text (ragen.md
+§7.3); the think tags are located as tokens. X uses the canonical context ``prompt + <think>`` as in the
+reference, whatever the model emitted before its opening tag. When a batch has no think span at all
+(non-thinking mode, models without think tokens) Z is the model's first turn -- for single-turn tasks the
+whole completion -- and ``collapse/z_is_whole_completion`` = 1 says so.
+
+Multi-turn (designed here, filled by the environments' rollout): a trace is any (context, reasoning) pair;
+a turn-t trace's context is everything before its reasoning (system, observations, earlier actions). Feed
+them through :meth:`CollapseDetector.check` as :class:`Trace` objects; columns are the distinct contexts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .algorithms.collapse_metrics import mi_metrics
+
+__all__ = ["CollapseDetector", "Trace", "first_turn_traces", "mi_metrics"]
+
+_SEQ_KEYS = ("mi_estimate", "conditional_entropy", "reasoning_entropy", "marginal_std", "mi_zscore")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One reasoning trace: X (the exact context before the reasoning) and Z (the sampled reasoning ids)."""
+
+    context: tuple[int, ...]
+    reasoning: tuple[int, ...]
+
+
+def first_turn_traces(
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    think_open: int | None,
+    think_close: int | None,
+) -> tuple[list[Trace | None], list[tuple[int, ...]], bool]:
+    """First-turn (X, Z) of every rollout (None where the rollout has no complete, non-empty think span).
+
+    ``completions`` hold only the model's first turn (see :meth:`CollapseDetector.batch_traces`). Returns
+    the traces, every rollout's context X (the columns come from these, valid trace or not) and whether Z
+    is the whole completion (no think span anywhere in the batch)."""
+    prefilled = [bool(p) and p[-1] == think_open for p in prompts]
+    thinking = think_open is not None and think_close is not None
+    thinking = thinking and (any(think_open in c for c in completions) or any(prefilled))
+    if not thinking:
+        traces = [Trace(tuple(p), tuple(c)) if c else None for p, c in zip(prompts, completions)]
+        return traces, [tuple(p) for p in prompts], True
+    contexts = [tuple(p) if pre else (*p, think_open) for p, pre in zip(prompts, prefilled)]
+    out: list[Trace | None] = []
+    for completion, context, pre in zip(completions, contexts, prefilled):
+        if think_open in completion:
+            start = completion.index(think_open) + 1
+        elif pre:  # the template pre-fills the opening tag
+            start = 0
+        else:
+            out.append(None)
+            continue
+        if think_close not in completion[start:]:
+            out.append(None)  # truncated before the closing tag: no complete reasoning
+            continue
+        end = completion.index(think_close, start)
+        out.append(Trace(context, tuple(completion[start:end])) if end > start else None)
+    return out, contexts, False
+
+
+class CollapseDetector:
+    """Runs the MI check on the trainer's batches on schedule; holds the EMA state of the z-scores."""
+
+    def __init__(self, args: Any, tokenizer: Any):
+        self.every = args.collapse_every
+        self.num_samples = args.collapse_num_samples
+        self.max_tokens = args.collapse_max_tokens
+        self.micro_batch_size = args.collapse_micro_batch_size
+        self.seed = args.seed
+        self.pad_id = tokenizer.pad_token_id
+        self.think_open = _single_token_id(tokenizer, "<think>")
+        self.think_close = _single_token_id(tokenizer, "</think>")
+        self._next_due: int | None = None
+        self._ema: dict[str, float] = {}
+
+    def due(self, step: int) -> bool:
+        """Whether a generation for optimizer step ``step`` (1-based) is checked: step 1, then the first
+        generation at or after each multiple of ``every`` (generations can span several steps)."""
+        if self._next_due is None:  # fresh start or resume
+            self._next_due = 1 if step <= 1 else math.ceil(step / self.every) * self.every
+        if step < self._next_due:
+            return False
+        self._next_due = (step // self.every + 1) * self.every
+        return True
+
+    def batch_traces(
+        self, trainer: Any, output: dict[str, Any]
+    ) -> tuple[list[Trace | None], list[tuple[int, ...]], bool]:
+        """Gather TRL's batch from every process and extract each rollout's first-turn trace (collective)."""
+        acc = trainer.accelerator
+
+        def gather(t: torch.Tensor, pad: int, pad_first: bool = False) -> list[list[int]]:
+            t = acc.gather(acc.pad_across_processes(t.contiguous(), dim=1, pad_index=pad, pad_first=pad_first))
+            return t.tolist()
+
+        model_tokens = output["completion_mask"]
+        if output.get("tool_mask") is not None:
+            model_tokens = model_tokens * output["tool_mask"]
+        prompt_ids = gather(output["prompt_ids"], self.pad_id, pad_first=True)
+        prompt_mask = gather(output["prompt_mask"], 0, pad_first=True)
+        completion_ids = gather(output["completion_ids"], self.pad_id)
+        completion_mask = gather(model_tokens.long(), 0)
+        prompts = [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(prompt_ids, prompt_mask)]
+        completions = [_first_run(ids, mask) for ids, mask in zip(completion_ids, completion_mask)]
+        return first_turn_traces(prompts, completions, self.think_open, self.think_close)
+
+    def check(
+        self,
+        trainer: Any,
+        traces: list[Trace | None],
+        contexts: list[tuple[int, ...]],
+        step: int,
+        whole_completion: bool,
+    ) -> dict[str, float]:
+        """Sample traces, cross-score them under every distinct context and compute the metrics.
+
+        Collective: every rank calls it with the same (gathered) traces and contexts."""
+        started = time.perf_counter()
+        valid = [t for t in traces if t is not None]
+        metrics = {
+            "traces_total": float(len(traces)),
+            "traces_valid": float(len(valid)),
+            "valid_thinking_rate": len(valid) / max(len(traces), 1),
+            "z_is_whole_completion": float(whole_completion),
+        }
+        columns = list(dict.fromkeys(contexts))
+        metrics["num_prompts"] = float(len(columns))
+        sampled = self._sample(valid, columns, step) if len(columns) >= 2 else []
+        if len(sampled) < 1:
+            return metrics  # MI needs >= 2 distinct prompts and a trace to score
+        column_of = {c: j for j, c in enumerate(columns)}
+        pairs = [(n, j) for n in range(len(sampled)) for j in range(len(columns))]
+        sums, counts = self._score(trainer, sampled, columns, pairs)
+        L_sum = sums.view(len(sampled), len(columns))
+        L_mean = L_sum / counts.view(len(sampled), len(columns))
+        true = torch.tensor([column_of[t.context] for t in sampled])
+        metrics.update(mi_metrics(L_mean, true))
+        seq = mi_metrics(L_sum, true)
+        metrics.update({f"{k}_seq": seq[k] for k in _SEQ_KEYS})
+        for key in ("mi_zscore", "marginal_std", "mi_zscore_seq", "marginal_std_seq"):
+            previous = self._ema.get(key, metrics[key])
+            self._ema[key] = 0.9 * previous + 0.1 * metrics[key]
+            metrics[f"{key}_ema"] = self._ema[key]
+        metrics["num_samples"] = float(len(sampled))
+        metrics["tokens_scored"] = float(sum(len(columns[j]) + len(sampled[n].reasoning) for n, j in pairs))
+        metrics["seconds"] = time.perf_counter() - started
+        return metrics
+
+    def _sample(self, valid: list[Trace], columns: list[tuple[int, ...]], step: int) -> list[Trace]:
+        """Seeded sample without replacement; traces are admitted in sampling order while the token budget
+        (every column x this trace) holds. A trace longer than the whole budget is truncated to fit."""
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        order = torch.randperm(len(valid), generator=generator).tolist()
+        context_tokens = sum(len(c) for c in columns)
+        budget = self.max_tokens
+        out: list[Trace] = []
+        for i in order:
+            if len(out) == self.num_samples:
+                break
+            trace = valid[i]
+            cost = context_tokens + len(columns) * len(trace.reasoning)
+            if cost > budget:
+                room = (budget - context_tokens) // len(columns)
+                if out or room < 1:
+                    break
+                trace = Trace(trace.context, trace.reasoning[:room])
+                cost = context_tokens + len(columns) * room
+            out.append(trace)
+            budget -= cost
+        return out
+
+    def _score(
+        self, trainer: Any, sampled: list[Trace], columns: list[tuple[int, ...]], pairs: list[tuple[int, int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed log q(Z_n | X_j) and |Z_n| for every pair, computed shard-wise on every process."""
+        acc = trainer.accelerator
+        world, rank = acc.num_processes, acc.process_index
+        per_rank = -(-len(pairs) // world)
+        mine = list(range(rank, len(pairs), world))
+        mine += [mine[-1] if mine else 0] * (per_rank - len(mine))  # equal work everywhere; duplicates dropped
+        # Sort by length so each micro-batch pads little; the chunk count stays the same on every rank.
+        mine.sort(key=lambda p: len(columns[pairs[p][1]]) + len(sampled[pairs[p][0]].reasoning))
+        device = acc.device
+        rows = []
+        for start in range(0, per_rank, self.micro_batch_size):
+            chunk = mine[start : start + self.micro_batch_size]
+            X = [columns[pairs[p][1]] for p in chunk]
+            Z = [sampled[pairs[p][0]].reasoning for p in chunk]
+            input_ids, attention_mask, z_mask = _left_aligned(X, Z, self.pad_id, device)
+            with torch.no_grad():
+                logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                    trainer.model, input_ids, attention_mask, z_mask.size(1)
+                )
+            sums = (logps.double() * z_mask).sum(dim=1)
+            ids = torch.tensor(chunk, dtype=torch.float64, device=device)
+            rows.append(torch.stack([ids, sums, z_mask.sum(dim=1).double()], dim=1))
+        gathered = acc.gather(torch.cat(rows)).cpu()
+        out_sum = torch.zeros(len(pairs), dtype=torch.float64)
+        out_count = torch.zeros(len(pairs), dtype=torch.float64)
+        out_sum[gathered[:, 0].long()] = gathered[:, 1]  # duplicated padding pairs write identical values
+        out_count[gathered[:, 0].long()] = gathered[:, 2]
+        return out_sum, out_count
+
+
+def _left_aligned(
+    X: list[tuple[int, ...]], Z: list[tuple[int, ...]], pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[pad.. X | Z ..pad] rows: contexts left-padded so every Z starts at the same position, as TRL lays out
+    prompt + completion for its own log-prob pass (scored tokens = the last ``max |Z|`` positions)."""
+    lx, lz = max(len(x) for x in X), max(len(z) for z in Z)
+    ids = torch.full((len(X), lx + lz), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(X), lx + lz), dtype=torch.long)
+    for i, (x, z) in enumerate(zip(X, Z)):
+        ids[i, lx - len(x) : lx] = torch.tensor(x)
+        ids[i, lx : lx + len(z)] = torch.tensor(z)
+        attention[i, lx - len(x) : lx + len(z)] = 1
+    return ids.to(device), attention.to(device), attention[:, lx:].double().to(device)
+
+
+def _first_run(ids: list[int], mask: list[int]) -> list[int]:
+    """The model's first turn: tokens of the first contiguous run of mask = 1 (the whole completion when
+    nothing is masked out except padding)."""
+    out: list[int] = []
+    for token, m in zip(ids, mask):
+        if m:
+            out.append(token)
+        elif out:
+            break
+    return out
+
+
+def _single_token_id(tokenizer: Any, token: str) -> int | None:
+    """Id of ``token`` when the vocabulary has it as one token (Qwen3's think tags), else None."""
+    ids = tokenizer.encode(token, add_special_tokens=False)
+    return ids[0] if len(ids) == 1 else None
