@@ -19,7 +19,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "distributed" / "scenarios.py"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
-DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout"]
+DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -69,9 +69,22 @@ def _check_against_reference(results: Path, run: str, name: str) -> dict:
     logged = lambda rec, key: [h[key] for h in rec["log_history"] if key in h]  # noqa: E731
     assert logged(ref, "loss") == pytest.approx(logged(ranks[0], "loss"), abs=1e-5)
     # every stage's decisions (kept counts, and GRPODropout's when configured) match one process
-    for key in ("stages/kept_rollouts", "dropout/kept_ratio", "dropout/groups_with_deletion"):
+    for key in ("stages/kept_rollouts", "dropout/kept_ratio", "dropout/groups_with_deletion", "snr/kept_groups",
+                "stages/empty_step", "collapse/num_samples", "collapse/num_prompts"):
         assert logged(ref, key) == logged(ranks[0], key) == logged(ranks[1], key), key
+    # collapse checks: the pairs are scored on both ranks in other micro-batches; same numbers up to fp32 noise
+    for key in ("collapse/mi_estimate", "collapse/retrieval_accuracy", "collapse/conditional_entropy_seq"):
+        assert logged(ref, key) == pytest.approx(logged(ranks[0], key), abs=1e-4), key
     return {"ref": ref, "ranks": ranks}
+
+
+def _check_snr_collapse_empty_step(out: dict) -> None:
+    """Step 2 was empty and skipped (identical parameters to one process prove it was skipped alike); the
+    collapse detector ran at every step."""
+    logged = lambda rec, key: [h[key] for h in rec["log_history"] if key in h]  # noqa: E731
+    for rec in (out["ref"], *out["ranks"]):
+        assert logged(rec, "stages/empty_step") == [0.0, 1.0, 0.0]
+        assert len(logged(rec, "collapse/mi_estimate")) == 3
 
 
 @pytest.mark.parametrize("name", DDP_SCENARIOS)
@@ -79,6 +92,8 @@ def test_two_processes_match_one(results, name):
     out = _check_against_reference(results, "world2", name)
     if name == "filter_grpodropout":
         assert any(h.get("dropout/groups_with_deletion", 0) > 0 for h in out["ref"]["log_history"]), "nothing deleted"
+    if name == "snr_collapse_empty_step":
+        _check_snr_collapse_empty_step(out)
     if name.startswith("filter"):
         # the filter really removed something on some step, so the decisions above were not trivial
         assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])
@@ -88,3 +103,11 @@ def test_zero3_two_processes(results):
     out = _check_against_reference(results, "world2-zero3", "filter_dapo")
     for rank in out["ranks"]:
         assert rank["partitioned"] and all(rank["partitioned"]), "policy parameters must be ZeRO-3 partitioned"
+
+
+def test_zero3_snr_collapse_and_skipped_step(results):
+    """Under ZeRO-3 the collapse forward passes run on both ranks and the empty step goes through DeepSpeed's
+    skip path: the final parameters equal the 1-process run's, where the step was skipped too."""
+    out = _check_against_reference(results, "world2-zero3", "snr_collapse_empty_step")
+    _check_snr_collapse_empty_step(out)
+    assert [rank["ds_skipped_steps"] for rank in out["ranks"]] == [1, 1]

@@ -30,12 +30,14 @@ from harness import (  # noqa: E402
     deterministic_rollout_func,
     prompt_dataset,
     reward_length,
+    reward_parity_flat_at,
     reward_token_parity,
     tiny_model_path,
 )
 
 from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage  # noqa: E402
 from trainer.algorithms.grpo import nanstd  # noqa: E402
+from trainer.methods.snr import snr_filter, snr_needs  # noqa: E402
 
 DECISIONS: list[dict[str, torch.Tensor]] = []
 
@@ -50,6 +52,19 @@ def above_median_std(batch, args) -> StageResult:
     return StageResult(keep=keep, metrics={"kept_groups": float(keep_groups.sum())})
 
 
+@register_stage("rollout_filter", "test_snr_recorded", needs=snr_needs, group_level=True, metric_prefix="snr")
+def snr_recorded(batch, args) -> StageResult:
+    """The real SNR filter, recording its decision like the stage above."""
+    result = snr_filter(batch, args)
+    DECISIONS.append({"keep": result.keep.clone(), "R": batch.R.clone(), "completion_ids": batch.completion_ids.clone()})
+    return result
+
+
+# RAGEN-2 end to end: SNR filter + collapse checks on both ranks; step 2's rewards are flat, so the filter keeps
+# nothing and that step must be skipped identically everywhere (under ZeRO-3 through DeepSpeed's own optimizer).
+SNR_COLLAPSE = dict(rollout_filter="test_snr_recorded", snr_value=0.9, collapse_detection=True, collapse_every=1,
+                    collapse_num_samples=8, reward_funcs=[reward_parity_flat_at(2)], weight_decay=0.1)
+
 # name -> (WinnowConfig overrides, optimizer steps). Global batch: 16 rollouts = 4 prompt groups of 4.
 SUITES = {
     "ddp": {
@@ -58,10 +73,12 @@ SUITES = {
         "off_dr_grpo": (dict(loss_type="dr_grpo", rollout_filter="none"), 2),
         # GRPODropout after the filter: old-policy log-probs come from each rank's own forward, then are gathered
         "filter_grpodropout": (dict(loss_type="grpo", rollout_dropout="grpodropout"), 2),
+        "snr_collapse_empty_step": (SNR_COLLAPSE, 3),
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {
         "filter_dapo": (dict(loss_type="dapo"), 2),
+        "snr_collapse_empty_step": (SNR_COLLAPSE, 3),
     },
 }
 GLOBAL_BATCH = 16
@@ -72,6 +89,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     DECISIONS.clear()
     overrides = dict(overrides)
     accum = overrides.pop("gradient_accumulation_steps", 1)
+    reward_funcs = overrides.pop("reward_funcs", [reward_token_parity, reward_length])
     cpu_args = dict(use_cpu=False, ddp_backend="gloo") if deepspeed else {}
     args = WinnowConfig(
         output_dir=str(out / f"{name}-run"),
@@ -88,7 +106,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     )
     trainer = WinnowGRPOTrainer(
         model=tiny_model_path(),
-        reward_funcs=[reward_token_parity, reward_length],
+        reward_funcs=reward_funcs,
         args=args,
         train_dataset=prompt_dataset(64),
         rollout_func=deterministic_rollout_func,
@@ -107,6 +125,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     if deepspeed:
         params = list(acc.unwrap_model(trainer.model).parameters())
         record["partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel) for p in params if hasattr(p, "ds_tensor")]
+        record["ds_skipped_steps"] = int(trainer.deepspeed.skipped_steps)
     torch.save(record, out / f"{name}.rank{rank}.pt")
     if acc.is_main_process:
         torch.save({k: v.detach().float().cpu().clone() for k, v in state.items()}, out / f"{name}.params.pt")
