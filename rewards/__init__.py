@@ -8,5 +8,7 @@ from .registry import available, get_reward, register_reward
 
 # Importing these modules registers their reward functions ("math_accuracy", "think_format", "dapo_accuracy").
 from . import math as math_rewards  # noqa: E402,F401  (imported for its registrations)
+from . import countdown as countdown_rewards  # noqa: E402,F401  ("countdown")
+from . import format as format_rewards  # noqa: E402,F401  ("answer_format_penalty")
 
 __all__ = ["available", "get_reward", "register_reward"]

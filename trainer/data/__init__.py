@@ -18,9 +18,12 @@ Registered loaders:
 - ``dapo_math_17k``: hub ``BytedTsinghua-SIA/DAPO-Math-17k`` or a local copy, deduplicated (the hub copy
   is 17,917 items x 100); also reads the ``open-r1/DAPO-Math-17k-Processed`` schema;
 - ``deepmath_103k``: hub ``zwhe99/DeepMath-103K`` or a local copy, ``min_difficulty``/``max_difficulty``;
+- ``metamathqa``: hub ``meta-math/MetaMathQA`` or a local copy, gold from "The answer is: ...", ``types``;
 - ``json``: any local JSON/JSONL file with problem/question and answer columns (names configurable);
 - ``arithmetic``: generated, seeded integer arithmetic (the CPU demo's task);
-- ``champ``: the 270 CHAMP problems from the installed ``champ-dataset`` package (offline).
+- ``champ``: the 270 CHAMP problems from the installed ``champ-dataset`` package (offline);
+- ``countdown``: Countdown (TinyZero / RAGEN), generated offline and seeded, or hub
+  ``Jiayi-Pan/Countdown-Tasks-3to4`` / a local copy; ``answer`` is JSON ``{"target", "numbers", "solution"}``.
 
 Hub ids go through the real ``datasets.load_dataset``. The project's machines are offline
 (``HF_HUB_OFFLINE=1``): a dataset that is not in the local cache fails fast with
@@ -38,7 +41,7 @@ from typing import Any
 
 import datasets
 
-from . import arithmetic, local, math_hub  # noqa: F401  (importing registers the loaders)
+from . import arithmetic, countdown, local, math_hub, metamath  # noqa: F401  (importing registers the loaders)
 from .common import OUTPUT_COLUMNS, DatasetUnavailableError, _REGISTRY, register_task_dataset
 from .math_hub import DAPO_TEMPLATE, strip_dapo_instruction
 
