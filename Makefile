@@ -63,6 +63,7 @@ demo: setup
 bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python bench/step_overhead.py
 	OMP_NUM_THREADS=1 $(BIN)/python bench/grpodropout_overhead.py
+	OMP_NUM_THREADS=1 $(BIN)/python bench/snr_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

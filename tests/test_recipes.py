@@ -79,6 +79,53 @@ for m, pos, neg, center, p_wt in TABLE2:
         grpodropout_row(pos, neg, center, p_wt), f"Qwen/Qwen3-{m.upper()}")
 
 
+# RAGEN-2 (arXiv:2604.06268 §4.4; shared/reference/ragen.md §1.7 and §8): the main-table settings, and the
+# filter exactly as scripts/runs/run_main_table_diff_algo.sh ran it (softmax top-p, include_zero, the
+# released code's std score), with rho 0.9 (filter) vs 1.0 (no filter).
+RAGEN_MAIN = {
+    "rollouts_per_generation_batch": 8 * 16,  # K = 128: P = 8 groups x G = 16
+    "prompts_per_generation_batch": 8,
+    "num_generations": 16,
+    "rollouts_per_optimizer_step": 32,  # ppo_mini_batch_size 32
+    "optimizer_steps_per_generation": 4,
+    "max_steps": 400 * 4,  # 400 rollout-update iterations
+    "learning_rate": 1e-6,
+    "lr_scheduler_type": "constant",  # verl's actor default (no warm-up)
+    "entropy_coef": 0.001,
+    "beta": 0.001,  # kl_loss_coef
+    "epsilon": 0.2,
+    "epsilon_high": 0.28,
+    "temperature": 1.0,
+    "max_completion_length": 400,
+    "rollout_filter": "snr",
+    "snr_metric": "reward_std",
+    "snr_strategy": "top_p",
+    "snr_top_p_mode": "softmax",
+    "snr_include_zero": True,
+    "collapse_detection": True,
+    "collapse_num_samples": 64,
+    "collapse_every": 5 * 4,  # every 5 iterations
+}
+RAGEN_ALGOS = {  # reference §1.7: GRPO = std-normalised, seq-mean-token-mean; DAPO = token-mean + clip-higher;
+    "grpo": {"loss_type": "grpo", "scale_rewards": "group"},  # Dr.GRPO = no std, seq-mean-token-sum
+    "dapo": {"loss_type": "dapo", "scale_rewards": "group"},
+    "drgrpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+}
+RAGEN_TASKS = {"countdown": ("countdown", ["countdown", "answer_format_penalty"]),
+               "metamathqa": ("metamathqa", ["math_accuracy", "answer_format_penalty"])}
+RAGEN_RECIPES = {}
+for task, (dataset, rewards) in RAGEN_TASKS.items():
+    for algo, algo_settings in RAGEN_ALGOS.items():
+        for filt, rho in (("nofilter", 1.0), ("topp0.9", 0.9)):
+            row = {**RAGEN_MAIN, **algo_settings, "snr_value": rho, "dataset_name": dataset, "reward_funcs": rewards}
+            RAGEN_RECIPES[f"configs/ragen/{task}-{algo}-{filt}.yaml"] = (row, "Qwen/Qwen2.5-3B")
+            if algo == "grpo":
+                for size in ("0.5B", "1.5B", "7B", "3B-Instruct"):
+                    rel = f"configs/ragen/variants/qwen2.5-{size.lower()}-{task}-grpo-{filt}.yaml"
+                    RAGEN_RECIPES[rel] = (row, f"Qwen/Qwen2.5-{size}")
+PAPER_RECIPES.update(RAGEN_RECIPES)
+
+
 def parse_here(path: Path, *extra: str):
     """Parse a recipe on this CPU machine: GPU recipes say bf16, which TrainingArguments rejects without a
     GPU, so precision is overridden (it is not among the values a paper row checks)."""
@@ -128,6 +175,12 @@ def resolved(path: Path) -> dict:
         "dropout_delete": args.dropout_delete,
         "dropout_recenter": args.dropout_recenter,
         "dropout_surprisal_basis": args.dropout_surprisal_basis,
+        "max_steps": args.max_steps,
+        "scale_rewards": args.scale_rewards,
+        "reward_funcs": list(task.reward_funcs),
+        **{k: getattr(args, k) for k in ("rollout_filter", "snr_metric", "snr_strategy", "snr_top_p_mode",
+                                          "snr_include_zero", "snr_value", "collapse_detection",
+                                          "collapse_num_samples", "collapse_every")},
     }
 
 

@@ -1,0 +1,108 @@
+"""RAGEN-2's costs as shares of a training step, measured inside real steps of one run.
+
+WinnowGRPOTrainer trains the tiny Qwen3 with ``rollout_filter: snr`` (the defaults: population reward
+variance, linear top-p 0.9) and the collapse detector at its defaults (step 1 and every 5 steps, up to 64
+traces, 32,768-token cap, 32 sequences per forward pass). Timed around the code that does each part:
+
+1. the SNR filter stage (scores, selection, telemetry) -- target <= 1 % of a step;
+2. the whole stage pipeline (filter + the GRPO estimator TRL would run anyway), for scale;
+3. one collapse check (gather, (X, Z) extraction, sampling, cross-scoring forward passes, metrics):
+   seconds, teacher-forced sequences and tokens scored, and its cost in median steps.
+
+Step time is TRL's ``step_time`` (generation, scoring, pipeline, loss, backward, optimizer) on the steps
+without a collapse check.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/snr_overhead.py --steps 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch  # noqa: E402
+from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402
+
+from trainer import WinnowConfig, WinnowGRPOTrainer, stages  # noqa: E402
+from trainer.methods import snr  # noqa: E402
+
+
+def timed(fn, sink: list[float]):
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            sink.append(time.perf_counter() - t0)
+
+    return wrapper
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=12, help="training steps (default 12)")
+    p.add_argument("--rows", type=int, default=32, help="rollouts per step (default 32 = 8 prompts x 4)")
+    p.add_argument("--warmup", type=int, default=2, help="leading steps left out of the medians (default 2)")
+    cli = p.parse_args()
+
+    filter_s, pipeline_s, check_s = [], [], []
+    stage = stages.get_stage("rollout_filter", "snr")
+    stages.register_stage("rollout_filter", "snr", needs=snr.snr_needs, group_level=True, metric_prefix="snr")(
+        timed(stage.fn, filter_s)
+    )
+    original_pipeline = stages.run_pipeline
+    stages.run_pipeline = timed(original_pipeline, pipeline_s)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            args = WinnowConfig(
+                output_dir=tmp,
+                **{**BASE_ARGS, "per_device_train_batch_size": cli.rows, "max_steps": cli.steps,
+                   "rollout_filter": "snr", "collapse_detection": True, "logging_steps": 1},
+            )
+            tr = WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=[reward_token_parity, reward_length],
+                                   args=args, train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
+            detector = tr._collapse
+            detector.check = timed(detector.check, check_s)
+            torch.manual_seed(0)
+            tr.train()
+    finally:
+        stages.run_pipeline = original_pipeline
+        stages.register_stage("rollout_filter", "snr", needs=snr.snr_needs, group_level=True, metric_prefix="snr")(
+            stage.fn
+        )
+
+    history = tr.state.log_history
+    checked = {h["step"] for h in history if "collapse/tokens_scored" in h}
+    steps = [h["step_time"] for h in history if "step_time" in h and h["step"] not in checked][cli.warmup:]
+    step = statistics.median(steps)
+    filt = statistics.median(filter_s[cli.warmup:])
+    pipe = statistics.median(pipeline_s[cli.warmup:])
+    print(f"{len(steps)} steps without a collapse check, median step {step * 1e3:.1f} ms ({cli.rows} rollouts)")
+    print(f"  SNR filter stage:            {filt * 1e3:.3f} ms = {filt / step:.3%} of a step (target <= 1%)")
+    print(f"  whole pipeline (+ estimator): {pipe * 1e3:.3f} ms = {pipe / step:.3%} of a step")
+    kept = [h["snr/kept_ratio"] for h in history if "snr/kept_ratio" in h]
+    print(f"  kept ratio of groups: min {min(kept):.3f}, mean {statistics.mean(kept):.3f}")
+    checks = [h for h in history if "collapse/tokens_scored" in h]
+    print(f"collapse checks at steps {sorted(checked)} (defaults: every {args.collapse_every}, "
+          f"<= {args.collapse_num_samples} traces, <= {args.collapse_max_tokens} tokens)")
+    for h, seconds in zip(checks, check_s):
+        sequences = int(h["collapse/num_samples"] * h["collapse/num_prompts"])
+        print(f"  step {h['step']}: {seconds:.2f} s = {seconds / step:.2f} median steps; {sequences} sequences "
+              f"({int(h['collapse/num_samples'])} traces x {int(h['collapse/num_prompts'])} prompts), "
+              f"{int(h['collapse/tokens_scored'])} tokens; retrieval {h['collapse/retrieval_accuracy']:.3f}, "
+              f"MI {h['collapse/mi_estimate']:.4f}")
+
+
+if __name__ == "__main__":
+    main()
