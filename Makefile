@@ -2,6 +2,7 @@
 #   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest
 #   make setup   -- venv + install + assets only
 #   make demo    -- the main job: setup, then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
+#   make eval    -- the offline evaluation: SmolLM2 + oracle controls on CHAMP and arithmetic (launch/eval.py)
 #   make bench   -- benchmarks under bench/ (ratios measured side by side)
 # Torch: installed first and pinned (2.13.0), so no other requirement can pull a newer (multi-GB CUDA) build.
 # With no NVIDIA GPU, pip takes the CPU build; pass TORCH_PIP_ARGS (e.g. an --index-url of CPU wheels) on a
@@ -23,7 +24,7 @@ export DS_ACCELERATOR ?= cpu
 DEMO_RECIPE ?= configs/demo/smollm2-arithmetic.yaml
 DEMO_OUT ?= outputs/demo/smollm2-arithmetic
 
-.PHONY: setup assets test test-slow demo bench clean
+.PHONY: setup assets test test-slow demo eval bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +60,10 @@ demo: setup
 	OMP_NUM_THREADS=2 $(BIN)/accelerate launch --config_file launch/accelerate/cpu.yaml launch/train.py \
 		--config $(DEMO_RECIPE) --output_dir $(DEMO_OUT)
 	$(BIN)/python -m trainer.run_artifacts $(DEMO_OUT)
+
+eval: setup
+	$(BIN)/python -m trainer.assets --smollm2
+	OMP_NUM_THREADS=2 $(BIN)/python launch/eval.py --config configs/eval/cpu-champ.yaml
 
 bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python bench/step_overhead.py

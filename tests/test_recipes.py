@@ -13,7 +13,8 @@ import pytest
 from trainer.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = sorted((ROOT / "configs").rglob("*.yaml"))
+# training recipes; configs/eval/ holds evaluation configs (tests/test_eval_configs.py)
+RECIPES = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if p.relative_to(ROOT / "configs").parts[0] != "eval")
 
 # GRPODropout paper, Appendix B.1 (shared/reference/grpodropout.md "Training defaults"): the GRPO baseline.
 GRPODROPOUT_GRPO_BASELINE = {

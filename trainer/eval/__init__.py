@@ -1,0 +1,1 @@
+"""Evaluation harness: benchmarks, generation, metrics, reports."""
