@@ -111,6 +111,19 @@ def deterministic_rollout_func(prompts: list[Any], trainer: Any) -> dict[str, li
     return out
 
 
+def write_rows(rows: list[dict], path: Any) -> str:
+    """Write ``rows`` as parquet or JSON lines (by suffix): local copies of hub datasets for loader tests."""
+    import json
+
+    if str(path).endswith(".parquet"):
+        Dataset.from_list(rows).to_parquet(str(path))
+    else:
+        with open(path, "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return str(path)
+
+
 def tiny_model_path() -> str:
     """Path of the cached tiny random Qwen3 (built on first use)."""
     from trainer.assets import make_tiny_qwen3

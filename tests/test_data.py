@@ -4,13 +4,12 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before datasets is imported: it reads the flag at import time
 
-import json  # noqa: E402
 import logging  # noqa: E402
 import re  # noqa: E402
 import time  # noqa: E402
 
-import datasets  # noqa: E402
 import pytest  # noqa: E402
+from harness import write_rows  # noqa: E402
 
 from trainer.data import (  # noqa: E402
     DAPO_TEMPLATE,
@@ -47,15 +46,6 @@ def _dapo_rows(copies: int = 3) -> list[dict]:
     return rows
 
 
-def _write(rows: list[dict], path) -> str:
-    """Write ``rows`` as parquet or JSON lines, by suffix."""
-    if str(path).endswith(".parquet"):
-        datasets.Dataset.from_list(rows).to_parquet(str(path))
-    else:
-        with open(path, "w") as f:
-            for r in rows:
-                f.write(json.dumps(r) + "\n")
-    return str(path)
 
 
 def _user(messages: list[dict]) -> str:
@@ -65,7 +55,7 @@ def _user(messages: list[dict]) -> str:
 
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
 def test_dapo_dedup_strip_and_rewrap(tmp_path, suffix, caplog):
-    path = _write(_dapo_rows(3), tmp_path / f"dapo{suffix}")
+    path = write_rows(_dapo_rows(3), tmp_path / f"dapo{suffix}")
     with caplog.at_level(logging.INFO, logger="trainer.data"):
         ds = load_task_dataset("dapo_math_17k", path=path, cache_dir=str(tmp_path / "cache"))
     assert ds.column_names == ["prompt", "answer", "source"]
@@ -89,7 +79,7 @@ def test_dapo_dedup_on_text_not_index(tmp_path):
     # Same index, different problem -> both kept; an unwrapped copy of a wrapped problem -> dropped.
     rows[1]["extra_info"]["index"] = rows[0]["extra_info"]["index"]
     rows.append(dict(rows[2], prompt=[{"content": PROBLEMS[2][0], "role": "user"}]))
-    ds = load_task_dataset("dapo_math_17k", path=_write(rows, tmp_path / "d.jsonl"), cache_dir=str(tmp_path / "c"))
+    ds = load_task_dataset("dapo_math_17k", path=write_rows(rows, tmp_path / "d.jsonl"), cache_dir=str(tmp_path / "c"))
     assert len(ds) == 5 and "dropped 1 duplicates" in ds.info.description
 
 
@@ -109,7 +99,7 @@ def test_dapo_processed_schema(tmp_path):
     ]
     ds = load_task_dataset(
         "dapo_math_17k",
-        path=_write(rows, tmp_path / "p.parquet"),
+        path=write_rows(rows, tmp_path / "p.parquet"),
         cache_dir=str(tmp_path / "c"),
         prompt_template="{problem}",
     )
@@ -124,7 +114,7 @@ def test_deepmath_difficulty_range(tmp_path):
          "r1_solution_1": "s", "r1_solution_2": "s", "r1_solution_3": "s"}
         for d in (4.0, 5.0, 5.5, 6.5, 7.0, 7.5, 9.0)
     ]
-    path = _write(rows, tmp_path / "deepmath.parquet")
+    path = write_rows(rows, tmp_path / "deepmath.parquet")
     ds = load_task_dataset(
         "deepmath_103k", path=path, min_difficulty=5, max_difficulty=7, cache_dir=str(tmp_path / "c")
     )
@@ -132,18 +122,18 @@ def test_deepmath_difficulty_range(tmp_path):
     assert "\\boxed{}" in _user(ds[0]["prompt"]) and _user(ds[0]["prompt"]).startswith("Q5.0")
     assert len(load_task_dataset("deepmath_103k", path=path, min_difficulty=7.5, cache_dir=str(tmp_path / "c"))) == 2
     assert len(load_task_dataset("deepmath_103k", path=path, cache_dir=str(tmp_path / "c"))) == 7
-    no_diff = _write([{k: v for k, v in r.items() if k != "difficulty"} for r in rows], tmp_path / "nd.jsonl")
+    no_diff = write_rows([{k: v for k, v in r.items() if k != "difficulty"} for r in rows], tmp_path / "nd.jsonl")
     with pytest.raises(ValueError, match="difficulty"):
         load_task_dataset("deepmath_103k", path=no_diff, max_difficulty=7, cache_dir=str(tmp_path / "c"))
 
 
 def test_json_loader_custom_and_default_columns(tmp_path):
     rows = [{"q": "2+2?", "gold": 4}, {"q": "3*3?", "gold": 9}, {"q": "no gold", "gold": None}]
-    path = _write(rows, tmp_path / "mine.jsonl")
+    path = write_rows(rows, tmp_path / "mine.jsonl")
     ds = load_task_dataset("json", path=path, problem_column="q", answer_column="gold", cache_dir=str(tmp_path / "c"))
     assert ds["answer"][:] == ["4", "9"]  # numbers become strings; the row without gold is dropped
     assert set(ds["source"]) == {"mine"} and _user(ds[0]["prompt"]).startswith("2+2?")
-    q = _write([{"question": "Why?", "answer": "because"}], tmp_path / "qa.json")
+    q = write_rows([{"question": "Why?", "answer": "because"}], tmp_path / "qa.json")
     assert _user(load_task_dataset("json", path=q, cache_dir=str(tmp_path / "c"))[0]["prompt"]).startswith("Why?")
 
 
@@ -196,11 +186,11 @@ def test_champ_offline():
 def test_missing_column_message(tmp_path):
     rows = [{k: v for k, v in r.items() if k != "reward_model"} for r in _dapo_rows(1)]
     with pytest.raises(ValueError) as e:
-        load_task_dataset("dapo_math_17k", path=_write(rows, tmp_path / "bad.parquet"), cache_dir=str(tmp_path / "c"))
+        load_task_dataset("dapo_math_17k", path=write_rows(rows, tmp_path / "bad.parquet"), cache_dir=str(tmp_path / "c"))
     msg = str(e.value)
     assert "dapo_math_17k" in msg and "'reward_model'" in msg and "columns found" in msg and "extra_info" in msg
     with pytest.raises(ValueError, match=r"missing expected column\(s\) \['answer'\].*columns found: \['problem'\]"):
-        load_task_dataset("json", path=_write([{"problem": "x"}], tmp_path / "x.jsonl"), cache_dir=str(tmp_path / "c"))
+        load_task_dataset("json", path=write_rows([{"problem": "x"}], tmp_path / "x.jsonl"), cache_dir=str(tmp_path / "c"))
 
 
 def test_system_prompt_placement():
@@ -213,7 +203,7 @@ def test_system_prompt_placement():
 
 
 def test_sampling_filters_and_templates(tmp_path):
-    path = _write(_dapo_rows(2), tmp_path / "d.parquet")
+    path = write_rows(_dapo_rows(2), tmp_path / "d.parquet")
     kw = dict(path=path, cache_dir=str(tmp_path / "c"), prompt_template="{problem}")
     first2 = load_task_dataset("dapo_math_17k", num_samples=2, **kw)
     assert first2["answer"][:] == ["2", "9"]

@@ -4,12 +4,11 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before datasets is imported: it reads the flag at import time
 
-import json  # noqa: E402
 import logging  # noqa: E402
 import time  # noqa: E402
 
-import datasets  # noqa: E402
 import pytest  # noqa: E402
+from harness import write_rows  # noqa: E402
 
 from trainer.data import DatasetUnavailableError, list_task_datasets, load_task_dataset  # noqa: E402
 from trainer.data.metamath import METAMATH_TEMPLATE, extract_metamath_answer, load_metamathqa  # noqa: E402
@@ -66,14 +65,7 @@ GOLD = {0: "\\frac{1}{2}", 1: "18", 2: "18", 5: "5\\sqrt{2}"}
 
 
 def _write(path, rows=ROWS) -> str:
-    dicts = [dict(zip(("query", "response", "type", "original_question"), r)) for r in rows]
-    if str(path).endswith(".parquet"):
-        datasets.Dataset.from_list(dicts).to_parquet(str(path))
-    else:
-        with open(path, "w") as f:
-            for d in dicts:
-                f.write(json.dumps(d) + "\n")
-    return str(path)
+    return write_rows([dict(zip(("query", "response", "type", "original_question"), r)) for r in rows], path)
 
 
 @pytest.fixture(params=["jsonl", "parquet"])
