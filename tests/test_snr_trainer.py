@@ -182,3 +182,25 @@ def test_config_errors_name_the_field(overrides, field):
     with pytest.raises(ConfigError) as err:
         WinnowConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, report_to="none", rollout_filter="snr", **overrides)
     assert err.value.field_name == field and "Fix:" in str(err.value)
+
+
+def test_stage_state_survives_a_checkpoint(tiny_model, tmp_path):
+    """The empty-step counter and the collapse detector's schedule and EMAs are checkpointed: a run resumed
+    after one empty step stops after one more (snr_empty_stop_steps=2), as the uninterrupted run would."""
+    common = dict(reward_funcs=[reward_parity_flat_at(2, 3, 4)], rollout_filter="snr", per_device_train_batch_size=8,
+                  snr_empty_stop_steps=2, collapse_detection=True, collapse_every=1, collapse_num_samples=4,
+                  save_strategy="steps", save_steps=1)
+    first = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, max_steps=2, **common)
+    first.train()
+    assert first._empty_steps.consecutive_empty == 1
+    ema = dict(first._collapse._ema)
+    assert ema and first._collapse._next_due == 3
+
+    resumed = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, max_steps=6, **common)
+    loaded = []
+    original = resumed._collapse.load_state_dict
+    resumed._collapse.load_state_dict = lambda state: (loaded.append(state), original(state))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "WinnowGRPOTrainer" / "checkpoint-2"))
+    # without the restored counter the run would stop only at step 4 (two new empty steps)
+    assert resumed.state.global_step == 3, "one restored + one new empty step must stop training"
+    assert loaded and loaded[0]["ema"] == pytest.approx(ema) and loaded[0]["next_due"] == 3

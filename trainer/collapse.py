@@ -97,6 +97,15 @@ class CollapseDetector:
         self._next_due: int | None = None
         self._ema: dict[str, float] = {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """Schedule position and EMA values, for checkpoints."""
+        return {"next_due": self._next_due, "ema": dict(self._ema)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` on resume."""
+        self._next_due = state["next_due"]
+        self._ema = {k: float(v) for k, v in state["ema"].items()}
+
     def due(self, step: int) -> bool:
         """Whether a generation for optimizer step ``step`` (1-based) is checked: step 1, then the first
         generation at or after each multiple of ``every`` (generations can span several steps)."""

@@ -70,6 +70,15 @@ class EmptyStepGuard:
         metrics["stages/consecutive_empty_steps"].append(float(self.consecutive_empty))
         metrics["stages/skipped_steps_total"].append(float(self.skipped_steps))
 
+    def state_dict(self) -> dict[str, int]:
+        """Counters to checkpoint (the token window is empty at every optimizer-step boundary)."""
+        return {"consecutive_empty": self.consecutive_empty, "skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore :meth:`state_dict`'s counters on resume."""
+        self.consecutive_empty = int(state["consecutive_empty"])
+        self.skipped_steps = int(state["skipped_steps"])
+
     def should_stop(self) -> bool:
         """Whether ``stop_after`` consecutive steps were empty."""
         return self.stop_after > 0 and self.consecutive_empty >= self.stop_after

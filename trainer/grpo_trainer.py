@@ -9,6 +9,8 @@ its normaliser. No formula lives here.
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import torch
@@ -25,6 +27,7 @@ from .rollout_batch import RolloutBatch
 # leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
 # local mask sum) lose dropped rollouts through the mask alone.
 ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
+STAGE_STATE_FILE = "winnow_stage_state.json"  # in each checkpoint folder, next to TRL's own state files
 
 
 class WinnowGRPOTrainer(GRPOTrainer):
@@ -88,7 +91,36 @@ class WinnowGRPOTrainer(GRPOTrainer):
         """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""
         return stages.get_stage("loss_variant", self.args.loss_variant).fn(self, model, inputs)
 
+    def _save_checkpoint(self, model, trial):
+        """TRL's checkpoint plus the stages' own state (empty-step counters, collapse-detector schedule and
+        EMAs), so a resumed run continues them instead of starting over."""
+        super()._save_checkpoint(model, trial)
+        state = self._stage_state()
+        if state and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            with open(os.path.join(folder, STAGE_STATE_FILE), "w") as fh:
+                json.dump(state, fh)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, STAGE_STATE_FILE) if checkpoint else None
+        if path and os.path.exists(path):
+            with open(path) as fh:
+                state = json.load(fh)
+            if self._empty_steps is not None and "empty_steps" in state:
+                self._empty_steps.load_state_dict(state["empty_steps"])
+            if self._collapse is not None and "collapse" in state:
+                self._collapse.load_state_dict(state["collapse"])
+
     # --- helpers -------------------------------------------------------------------------------------
+
+    def _stage_state(self) -> dict[str, Any]:
+        state = {}
+        if self._empty_steps is not None:
+            state["empty_steps"] = self._empty_steps.state_dict()
+        if self._collapse is not None:
+            state["collapse"] = self._collapse.state_dict()
+        return state
 
     def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's ``_compute_loss`` with dropped rollouts also out of row-count normalisers.
