@@ -19,7 +19,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "distributed" / "scenarios.py"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
-DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step"]
+DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step",
+                 "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -97,6 +98,21 @@ def test_two_processes_match_one(results, name):
     if name.startswith("filter"):
         # the filter really removed something on some step, so the decisions above were not trivial
         assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])
+
+
+@pytest.mark.parametrize("compacted, masked", [("filter_grpo_kl_accum", "filter_grpo_kl_accum_masked"),
+                                               ("filter_dapo", "filter_dapo_masked"),
+                                               ("rank_keeps_none", "rank_keeps_none_masked")])
+def test_compaction_trains_like_masking_on_two_processes(results, compacted, masked):
+    """Removing dropped rollouts from the batch (re-dealt over ranks, zero-weight fillers) reaches the same
+    parameters as masking them, on 2 processes (row- and token-normalised losses; 2 accumulation steps and a KL
+    term) -- also when one rank held no kept rollout (rank_keeps_none: every kept row starts on rank 0)."""
+    for run in ("world2", "reference"):
+        a, b = (_load(results / run / f"{name}.params.pt") for name in (compacted, masked))
+        assert max(float((a[k] - b[k]).abs().max()) for k in a) <= PARAM_TOL, run
+    ranks = [_load(results / "world2" / f"rank_keeps_none.rank{r}.pt") for r in (0, 1)]
+    rows = [int(rank["local_completion_ids"].shape[0]) for rank in ranks]
+    assert rows == [2, 2], f"5 kept rows over 2 ranks x 2 micro-steps: 2 rows per micro-step each, got {rows}"
 
 
 def test_zero3_two_processes(results):

@@ -69,9 +69,13 @@ def test_advantages_are_the_recentered_selection(tiny_model, tmp_path):
     s = sequence_surprisal(batch.old_logps, batch.mask).view(-1, batch.G)
     keep = select_rollouts(A.view(-1, batch.G), s, delete="positive")
     A_bar = recenter(A.view(-1, batch.G), s, keep).reshape(-1)
-    # shuffled rows: compare as multisets of (advantage, completion) pairs
-    got = sorted(zip(inputs["advantages"].tolist(), inputs["completion_ids"].sum(1).tolist()))
-    want = sorted(zip(A_bar.tolist(), batch.completion_ids.sum(1).tolist()))
+    # shuffled, compacted rows (dropped rollouts are gone, zero-weight filler rows have an all-zero loss mask):
+    # compare the trained rows with the kept ones as multisets of (advantage, completion) pairs
+    pad = tr.processing_class.pad_token_id
+    ids_key = lambda ids: ids.masked_fill(ids == pad, 0).sum(1).tolist()  # noqa: E731  (padding-width free)
+    trained = inputs["tool_mask"].bool().any(dim=1)
+    got = sorted(zip(inputs["advantages"][trained].tolist(), ids_key(inputs["completion_ids"][trained])))
+    want = sorted(zip(A_bar[keep.reshape(-1)].tolist(), ids_key(batch.completion_ids[keep.reshape(-1)])))
     assert len(got) == len(want)
     assert all(g[1] == w[1] and abs(g[0] - w[0]) <= 1e-6 for g, w in zip(got, want))
     assert bool((A.view(-1, batch.G) <= 0)[~keep].sum() == 0), "paper default deletes positive-advantage rollouts only"

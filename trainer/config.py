@@ -86,6 +86,16 @@ class WinnowConfig(GRPOConfig):
         },
     )
 
+    compact_batch: bool = field(
+        default=True,
+        metadata={
+            "help": "Remove rollouts the stages dropped from the training batch (kept rows re-dealt evenly over "
+            "processes and micro-steps, topped up with zero-weight rows) instead of masking them, so they cost "
+            "no forward/backward; the loss is the masked one (trainer/compaction.py). A generation batch with "
+            "nothing kept runs no forward/backward at all outside DeepSpeed. False keeps them masked."
+        },
+    )
+
     # --- GRPODropout (rollout_dropout: grpodropout) -------------------------------------------------
     dropout_selector: str = field(
         default="paper",

@@ -2,9 +2,10 @@
 
 Data flow of one generation batch (see DESIGN.md): TRL generates and scores; this class gathers the
 batch from every process into a :class:`RolloutBatch`, runs filter -> dropout -> advantage on it (every
-rank computes the same decision), slices its own rows back out and hands TRL's loss per-rollout or
-per-token advantages plus a loss mask from which dropped rollouts are removed -- from the loss *and* from
-its normaliser. No formula lives here.
+rank computes the same decision), and hands TRL's loss its share: the kept rollouts re-dealt over ranks
+(trainer/compaction.py) or, with ``compact_batch=False``, its own rows with dropped rollouts masked -- out of
+the loss *and* its normaliser either way. Empty optimizer steps are skipped (trainer/empty_steps.py); the
+collapse detector (trainer/collapse.py) scores the unfiltered batch on schedule. No formula lives here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from trl import GRPOTrainer
 
 from . import stages
 from .collapse import CollapseDetector
+from .compaction import compact
 from .config import ConfigError, WinnowConfig
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .reward_guard import RewardGuard
@@ -50,6 +52,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if self._empty_steps is not None:
             self.add_callback(EmptyStepStopCallback(self._empty_steps, args))
         self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
+        self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
 
     # --- TRL override points -------------------------------------------------------------------------
 
@@ -79,9 +82,29 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self._metrics["train"][name].append(value)
         return output
 
+    def training_step(self, model, inputs, num_items_in_batch):
+        """TRL's training step, except for micro-batches of a generation batch whose every rollout was
+        removed (compacted to zero-weight rows): outside DeepSpeed they run no forward and no backward at all
+        -- every rank skips together, the decision being global -- and the optimizer step is skipped."""
+        if self._empty_steps is None or self.is_deepspeed_enabled:
+            return super().training_step(model, inputs, num_items_in_batch)
+        # Trainer.training_step's own first lines: the mode decides how TRL generates (train vs eval batch)
+        model.train()
+        if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
+            self.optimizer.train()
+        prepared = self._prepare_inputs(inputs)  # generates when due; the call inside TRL's step reuses it
+        if "winnow_all_dropped" in prepared:
+            self._step += 1  # TRL's micro-step counter (selects the buffered micro-batch)
+            return torch.zeros((), device=self.accelerator.device)
+        self._prepared = prepared
+        return super().training_step(model, inputs, num_items_in_batch)
+
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
         """TRL's buffered micro-batch; when stages can remove rollouts, also account its loss tokens so an
         optimizer step left with none is skipped (trainer/empty_steps.py)."""
+        if self._prepared is not None:
+            inputs, self._prepared = self._prepared, None
+            return inputs
         inputs = super()._prepare_inputs(generation_batch)
         if self.model.training and self._empty_steps is not None:
             self._empty_steps.observe(self, inputs)
@@ -202,6 +225,20 @@ class WinnowGRPOTrainer(GRPOTrainer):
         output["advantages"] = advantages[:, :T] if advantages.dim() == 2 else advantages
         if bool(decision.keep.all()):
             return  # nothing removed: TRL's masks and normalisers stay untouched (off means off)
+        if self.args.compact_batch:
+            compacted = compact(
+                output,
+                decision.keep,
+                decision.advantages,
+                accelerator=acc,
+                pad_token_id=self._tokenizer.pad_token_id,
+                steps_per_generation=self.args.steps_per_generation,
+                micro_batch_rows=self.args.per_device_train_batch_size,
+            )
+            if compacted is not None:
+                output.clear()
+                output.update(compacted)
+                return
         keep = decision.keep[rows].unsqueeze(1)
         tool_mask = output.get("tool_mask")
         tool_mask = torch.ones_like(output["completion_mask"]) if tool_mask is None else tool_mask

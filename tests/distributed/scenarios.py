@@ -60,6 +60,16 @@ def snr_recorded(batch, args) -> StageResult:
     return result
 
 
+@register_stage("rollout_dropout", "test_keep_first_five")
+def keep_first_five(batch, args) -> StageResult:
+    """Keep global rows 0-4 only: with 2 processes every kept row starts on rank 0 (rank 1 keeps nothing), and
+    5 rows do not split evenly, so compaction must add zero-weight rows."""
+    keep = torch.zeros(batch.N, dtype=torch.bool)
+    keep[:5] = True
+    DECISIONS.append({"keep": keep.clone(), "R": batch.R.clone(), "completion_ids": batch.completion_ids.clone()})
+    return StageResult(keep=keep)
+
+
 # RAGEN-2 end to end: SNR filter + collapse checks on both ranks; step 2's rewards are flat, so the filter keeps
 # nothing and that step must be skipped identically everywhere (under ZeRO-3 through DeepSpeed's own optimizer).
 SNR_COLLAPSE = dict(rollout_filter="test_snr_recorded", snr_value=0.9, collapse_detection=True, collapse_every=1,
@@ -74,6 +84,15 @@ SUITES = {
         # GRPODropout after the filter: old-policy log-probs come from each rank's own forward, then are gathered
         "filter_grpodropout": (dict(loss_type="grpo", rollout_dropout="grpodropout"), 2),
         "snr_collapse_empty_step": (SNR_COLLAPSE, 3),
+        # batch compaction (the default) vs the masked formulation, incl. a rank that keeps no rollout
+        "filter_dapo_masked": (dict(loss_type="dapo", compact_batch=False), 2),
+        "filter_grpo_kl_accum_masked": (dict(loss_type="grpo", beta=0.04, gradient_accumulation_steps=2,
+                                             compact_batch=False), 2),
+        "rank_keeps_none": (dict(loss_type="grpo", beta=0.04, gradient_accumulation_steps=2, rollout_filter="none",
+                                 rollout_dropout="test_keep_first_five"), 2),
+        "rank_keeps_none_masked": (dict(loss_type="grpo", beta=0.04, gradient_accumulation_steps=2,
+                                        rollout_filter="none", rollout_dropout="test_keep_first_five",
+                                        compact_batch=False), 2),
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {

@@ -1,0 +1,130 @@
+"""Batch compaction: rollouts the stages removed leave the training batch instead of riding along masked.
+
+Masking a removed rollout gives the right loss but still pays its forward and backward; the reference codes
+then pad the smaller batch by duplicating rows, which biases the update. Here, after the stages decide, every
+rank gathers the kept rows of the whole generation batch, takes an equal share (round-robin over the kept
+rows' global order), and fills its share up to a multiple of ``steps_per_generation`` with *zero-weight*
+rows: a copy of a kept row whose loss mask (TRL's ``tool_mask``) and advantage are zero, so it is counted in no
+token normaliser and, through ``winnow_loss_scale``, in no row normaliser either. TRL then shuffles and splits
+the smaller local batch into the same number of micro-steps as before, so every rank runs the same number of
+forward/backward calls (DDP and ZeRO-3 collectives cannot deadlock, even for a rank that held no kept row).
+
+Equivalence with the masked formulation (tested per loss type): token-normalised losses (dapo, cispo, vespo)
+divide by the global kept-token count, which compaction keeps; row-normalised ones (grpo, sapo, dr_grpo,
+luspo) divide by the micro-batch's row count, which compaction changes from B to B' -- the loss scale
+``N/K * B'/B`` restores each kept row's weight exactly. Both hold step for step when one optimizer step
+consumes the whole generation batch (``steps_per_generation == gradient_accumulation_steps``); with several
+optimizer steps per generation TRL's shuffle already assigns rows to steps at random, and compaction assigns
+them at random too. ``bnpo`` and TRL's entropy bonus normalise by the tokens of each micro-batch, so they
+equal the masked formulation when a rank has one micro-batch per step.
+
+Multimodal batches (pixel values, image counts) are left masked: their per-image tensors do not split by row.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
+TOKEN_IDS = frozenset({"prompt_ids", "completion_ids"})
+_warned: set[str] = set()
+
+
+def row_keys(output: dict[str, Any]) -> list[str] | None:
+    """Keys of the per-row tensors of TRL's batch dict, or None when it holds anything that cannot be
+    re-dealt row by row (then the caller keeps the masked formulation)."""
+    B = output["completion_ids"].shape[0]
+    keys = []
+    for key, value in output.items():
+        if key in ("num_items_in_batch", "winnow_loss_scale"):
+            continue
+        if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == B:
+            keys.append(key)
+        elif value is not None and not (torch.is_tensor(value) and value.dim() == 0):  # scalars pass through
+            if key not in _warned:
+                _warned.add(key)
+                logger.warning("batch compaction off for batches with %r; removed rollouts stay masked", key)
+            return None
+    return keys
+
+
+def compact(
+    output: dict[str, Any],
+    keep: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    accelerator: Any,
+    pad_token_id: int,
+    steps_per_generation: int,
+    micro_batch_rows: int,
+) -> dict[str, Any] | None:
+    """This rank's compacted share of the generation batch (collective: every rank must call it).
+
+    ``keep`` (N,) and ``advantages`` (N,) or (N, T) are the pipeline's global decision; ``output`` is TRL's
+    local batch dict. Returns the new dict, or None when the batch cannot be compacted."""
+    keys = row_keys(output)
+    if keys is None:
+        return None
+    world, rank = accelerator.num_processes, accelerator.process_index
+    if "tool_mask" not in keys:
+        output = {**output, "tool_mask": torch.ones_like(output["completion_mask"])}
+        keys.append("tool_mask")
+    glob = {}
+    for key in keys:
+        t = output[key].contiguous()
+        if t.dim() >= 2:
+            pad = pad_token_id if key in TOKEN_IDS else 0
+            t = accelerator.pad_across_processes(t, dim=1, pad_index=pad, pad_first=key in LEFT_PADDED)
+        glob[key] = accelerator.gather(t) if world > 1 else t
+    N = glob["completion_ids"].shape[0]
+    kept = keep.nonzero().squeeze(1)
+    K = int(kept.numel())
+    loss_tokens = glob["completion_mask"] * glob["tool_mask"]
+
+    mine = kept[rank::world]
+    per_rank = max(1, math.ceil(K / world))
+    rows_per_step = math.ceil(per_rank / steps_per_generation)
+    size = rows_per_step * steps_per_generation
+    filler = kept[0] if K else torch.tensor(0, device=keep.device)
+    rows = torch.cat([mine, filler.repeat(size - mine.numel())])
+    weight = torch.zeros(size, dtype=glob["tool_mask"].dtype, device=rows.device)
+    weight[: mine.numel()] = 1
+
+    # Row tensors first: TRL's shuffle takes the batch size from the first value of the dict.
+    new = {key: glob[key][rows] for key in keys}
+    new.update({k: v for k, v in output.items() if k not in new and torch.is_tensor(v) and v.dim() == 0})
+    new["tool_mask"] = new["tool_mask"] * weight.unsqueeze(1)
+    A = advantages[rows]
+    if A.dim() == 2:
+        A = A[:, : new["completion_ids"].shape[1]]
+    new["advantages"] = A * (weight if A.dim() == 1 else weight.unsqueeze(1)).to(A.dtype)
+    _trim_padding(new)
+    new["num_items_in_batch"] = loss_tokens[kept].sum() if K else loss_tokens.new_zeros(())
+    # Row-normalised losses: TRL divides each micro-batch by its rows (now rows_per_step instead of
+    # micro_batch_rows); the masked formulation weighted each kept row N/K / micro_batch_rows.
+    scale = (N / max(K, 1)) * rows_per_step / micro_batch_rows
+    new["winnow_loss_scale"] = torch.tensor(scale, device=A.device)
+    if K == 0:
+        new["winnow_all_dropped"] = torch.tensor(1, device=A.device)
+    return new
+
+
+def _trim_padding(batch: dict[str, torch.Tensor]) -> None:
+    """Drop columns that are padding in every selected row (the gathered batch is padded to the longest
+    row of any rank): prompt columns on the left, completion columns on the right."""
+    prompt_cols = batch["prompt_mask"].any(dim=0).nonzero()
+    start = int(prompt_cols[0]) if prompt_cols.numel() else 0
+    completion_cols = batch["completion_mask"].any(dim=0).nonzero()
+    end = int(completion_cols[-1]) + 1 if completion_cols.numel() else 1
+    T = batch["completion_ids"].shape[1]
+    for key, t in list(batch.items()):
+        if key in LEFT_PADDED:
+            batch[key] = t[:, start:]
+        elif t.dim() >= 2 and t.shape[1] == T:
+            batch[key] = t[:, :end]
