@@ -66,9 +66,7 @@ eval: setup
 	OMP_NUM_THREADS=2 $(BIN)/python launch/eval.py --config configs/eval/cpu-champ.yaml
 
 bench: setup
-	OMP_NUM_THREADS=1 $(BIN)/python bench/step_overhead.py
-	OMP_NUM_THREADS=1 $(BIN)/python bench/grpodropout_overhead.py
-	OMP_NUM_THREADS=1 $(BIN)/python bench/snr_overhead.py
+	$(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

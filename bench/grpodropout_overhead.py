@@ -18,18 +18,12 @@ Both configurations run in this one process, alternating step by step through ``
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+from results import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
 
 import torch  # noqa: E402
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402
@@ -73,6 +67,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=12, help="training steps per configuration (default 12)")
     p.add_argument("--rows", type=int, default=32, help="rollouts per step (default 32 = 8 prompts x 4)")
     p.add_argument("--warmup", type=int, default=2, help="leading steps left out of the medians (default 2)")
+    p.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     cli = p.parse_args()
 
     results = {}
@@ -90,14 +85,19 @@ def main() -> None:
             kept = [h["dropout/kept_ratio"] for h in tr.state.log_history if "dropout/kept_ratio" in h]
             results[source] = (steps, algebra.seconds[cli.warmup:], forward.seconds[cli.warmup:], kept)
 
+    summary = {"bench": "grpodropout_overhead", "rows": cli.rows}
     for source, (steps, algebra, forward, kept) in results.items():
         step = statistics.median(steps)
         alg = statistics.median(algebra)
         fwd = statistics.median(forward) if forward else 0.0
+        summary[source] = {"median_step_ms": step * 1e3, "algebra_share": alg / step, "forward_share": fwd / step,
+                           "kept_ratio_mean": statistics.mean(kept)}
         print(f"old_logps_source={source}: {len(steps)} steps, median step {step * 1e3:.1f} ms")
         print(f"  selection + recentering algebra: {alg * 1e3:.2f} ms = {alg / step:.2%} of a step (target <= 2%)")
         print(f"  old-policy forward pass:         {fwd * 1e3:.2f} ms = {fwd / step:.2%} of a step")
         print(f"  kept ratio: min {min(kept):.3f}, mean {statistics.mean(kept):.3f}")
+    if cli.json:
+        write_json(cli.json, summary)
 
 
 if __name__ == "__main__":

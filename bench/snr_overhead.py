@@ -18,18 +18,13 @@ without a collapse check.
 from __future__ import annotations
 
 import argparse
-import os
+import resource
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+from results import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
 
 import torch  # noqa: E402
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402
@@ -54,6 +49,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=12, help="training steps (default 12)")
     p.add_argument("--rows", type=int, default=32, help="rollouts per step (default 32 = 8 prompts x 4)")
     p.add_argument("--warmup", type=int, default=2, help="leading steps left out of the medians (default 2)")
+    p.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     cli = p.parse_args()
 
     filter_s, pipeline_s, check_s = [], [], []
@@ -96,12 +92,20 @@ def main() -> None:
     checks = [h for h in history if "collapse/tokens_scored" in h]
     print(f"collapse checks at steps {sorted(checked)} (defaults: every {args.collapse_every}, "
           f"<= {args.collapse_num_samples} traces, <= {args.collapse_max_tokens} tokens)")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  process peak RSS over the run: {peak_mb:.0f} MB")
+    summary = {"bench": "snr_overhead", "rows": cli.rows, "median_step_ms": step * 1e3, "filter_share": filt / step,
+               "pipeline_share": pipe / step, "process_peak_rss_mb": peak_mb, "checks": []}
     for h, seconds in zip(checks, check_s):
         sequences = int(h["collapse/num_samples"] * h["collapse/num_prompts"])
+        summary["checks"].append({"step": h["step"], "seconds": seconds, "steps_equivalent": seconds / step,
+                                  "sequences": sequences, "tokens": int(h["collapse/tokens_scored"])})
         print(f"  step {h['step']}: {seconds:.2f} s = {seconds / step:.2f} median steps; {sequences} sequences "
               f"({int(h['collapse/num_samples'])} traces x {int(h['collapse/num_prompts'])} prompts), "
               f"{int(h['collapse/tokens_scored'])} tokens; retrieval {h['collapse/retrieval_accuracy']:.3f}, "
               f"MI {h['collapse/mi_estimate']:.4f}")
+    if cli.json:
+        write_json(cli.json, summary)
 
 
 if __name__ == "__main__":

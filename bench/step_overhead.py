@@ -41,6 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from results import write_json  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
 
@@ -194,6 +195,7 @@ def main() -> None:
     )
     p.add_argument("--aa", action="store_true", help="A/A check: a second TRL GRPOTrainer in Winnow's place")
     p.add_argument("--verbose", action="store_true", help="also print every pair's times and page faults")
+    p.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     ns = p.parse_args()
     if ns.pairs < 1 or ns.warmup < 0:
         p.error("--pairs must be >= 1 and --warmup >= 0")
@@ -276,6 +278,13 @@ def main() -> None:
     print(_summary("user CPU time ", win_u, trl_u))
     print(f"identical work (same per-step loss, tokens, reward in both): {'yes' if same else 'NO'}")
     print(f"wall time of the run: {wall:.1f} s")
+    if ns.json:
+        q = statistics.quantiles(ratios, n=4)
+        write_json(ns.json, {"bench": "step_overhead", "pairs": ns.pairs, "aa": ns.aa,
+                             "winnow_median_ms": statistics.median(win_t) * 1e3,
+                             "trl_median_ms": statistics.median(trl_t) * 1e3,
+                             "median_ratio": statistics.median(ratios), "ratio_quartiles": [q[0], q[2]],
+                             "identical_work": same})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+"""The benchmark suite: runs every bench (each in its own process, OMP_NUM_THREADS=1), collects their JSON
+results into ``bench/results/latest.json`` and writes the table the README shows, ``bench/results/latest.md``,
+stamped with the date and the machine. Every number is a ratio or share measured side by side within one
+bench's run, never compared across runs.
+
+    .venv/bin/python bench/run_all.py            # make bench
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+OUT = BENCH / "results"
+SUITE = {  # name -> extra arguments
+    "step_overhead": ["--pairs", "20", "--warmup", "3"],
+    "compaction_speed": ["--reps", "3"],
+    "grpodropout_overhead": ["--steps", "10"],
+    "snr_overhead": ["--steps", "12"],
+}
+
+
+def machine() -> str:
+    """CPU model, core count, Python and torch versions."""
+    cpu = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import torch
+
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def table(results: dict, stamp: str) -> str:
+    """The Markdown summary of the suite's results."""
+    rows = []
+    s = results.get("step_overhead")
+    if s:
+        rows.append(("step time, stages off / TRL GRPOTrainer (median per-pair ratio)", f"{s['median_ratio']:.3f}",
+                     "≤ 1.02"))
+    c = results.get("compaction_speed")
+    if c:
+        for r in c["by_keep_ratio"]:
+            if r["keep_ratio"] < 1:
+                rows.append((f"loss phase at keep ratio {r['keep_ratio']:.2f}: compacted / keep-all (masked / keep-all)",
+                             f"{r['compacted_vs_keep_all']:.2f} ({r['masked_s'] / c['by_keep_ratio'][0]['compacted_s']:.2f})",
+                             "∝ kept rows; ≤ 0.6 at 0.50"))
+    g = results.get("grpodropout_overhead")
+    if g:
+        rows.append(("GRPODropout selection + recentering, share of a step", f"{g['policy']['algebra_share']:.3%}", "≤ 2 %"))
+        rows.append(("GRPODropout old-policy forward, share of a step (policy / sampler)",
+                     f"{g['policy']['forward_share']:.1%} / {g['sampler']['forward_share']:.1%}", "0 with sampler"))
+    n = results.get("snr_overhead")
+    if n:
+        rows.append(("SNR filter stage, share of a step", f"{n['filter_share']:.3%}", "≤ 1 %"))
+        checks = n["checks"]
+        if checks:
+            secs = [x["seconds"] for x in checks]
+            rows.append((f"collapse check at defaults ({checks[0]['sequences']} sequences, {checks[0]['tokens']} tokens)",
+                         f"{min(secs):.1f}–{max(secs):.1f} s = {min(x['steps_equivalent'] for x in checks):.1f}–"
+                         f"{max(x['steps_equivalent'] for x in checks):.1f} steps", "a few steps"))
+        rows.append(("process peak RSS during the SNR + collapse run", f"{n['process_peak_rss_mb']:.0f} MB", "—"))
+    lines = [f"Measured {stamp} on {machine()} (tiny Qwen3; `make bench`).", "",
+             "| measurement | result | target |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {t} |" for a, b, t in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    results = {}
+    for name, extra in SUITE.items():
+        path = OUT / f"{name}.json"
+        print(f"== {name}", flush=True)
+        subprocess.run([sys.executable, str(BENCH / f"{name}.py"), *extra, "--json", str(path)], env=env, check=True)
+        results[name] = json.loads(path.read_text())
+    stamp = datetime.date.today().isoformat()
+    (OUT / "latest.json").write_text(json.dumps({"date": stamp, "machine": machine(), **results}, indent=2) + "\n")
+    (OUT / "latest.md").write_text(table(results, stamp))
+    print((OUT / "latest.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
