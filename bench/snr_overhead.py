@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
+from benchlib import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
 
 import torch  # noqa: E402
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402

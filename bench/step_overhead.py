@@ -41,7 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
-from results import write_json  # noqa: E402
+from benchlib import write_json  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
 
