@@ -17,36 +17,16 @@ Both configurations run in this one process, alternating step by step through ``
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
-import time
-from pathlib import Path
 
-from benchlib import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
+from benchlib import timed, training_bench_args, write_json  # first: puts the repo and tests/ on sys.path, sets the environment
 
 import torch  # noqa: E402
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402
 
 from trainer import WinnowConfig, WinnowGRPOTrainer  # noqa: E402
 from trainer import grpo_trainer as trainer_module  # noqa: E402
-
-
-class Timed:
-    """Accumulates the wall time spent in one function of one trainer, per generation batch."""
-
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-
-    def wrap(self, fn):
-        def timed(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.seconds.append(time.perf_counter() - t0)
-
-        return timed
 
 
 def build(source: str, out: str, rows: int, steps: int):
@@ -57,25 +37,20 @@ def build(source: str, out: str, rows: int, steps: int):
     )
     tr = WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=[reward_token_parity, reward_length], args=args,
                            train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
-    algebra, forward = Timed(), Timed()
-    tr._old_policy_logps = forward.wrap(tr._old_policy_logps)
+    algebra, forward = [], []  # seconds per call
+    tr._old_policy_logps = timed(tr._old_policy_logps, forward)
     return tr, algebra, forward
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=12, help="training steps per configuration (default 12)")
-    p.add_argument("--rows", type=int, default=32, help="rollouts per step (default 32 = 8 prompts x 4)")
-    p.add_argument("--warmup", type=int, default=2, help="leading steps left out of the medians (default 2)")
-    p.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    cli = p.parse_args()
+    cli = training_bench_args(__doc__)
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for source in ("policy", "sampler"):
             tr, algebra, forward = build(source, f"{tmp}/{source}", cli.rows, cli.steps)
             run_pipeline = trainer_module.stages.run_pipeline
-            trainer_module.stages.run_pipeline = algebra.wrap(run_pipeline)
+            trainer_module.stages.run_pipeline = timed(run_pipeline, algebra)
             try:
                 torch.manual_seed(0)
                 tr.train()
@@ -83,7 +58,7 @@ def main() -> None:
                 trainer_module.stages.run_pipeline = run_pipeline
             steps = [h["step_time"] for h in tr.state.log_history if "step_time" in h][cli.warmup:]
             kept = [h["dropout/kept_ratio"] for h in tr.state.log_history if "dropout/kept_ratio" in h]
-            results[source] = (steps, algebra.seconds[cli.warmup:], forward.seconds[cli.warmup:], kept)
+            results[source] = (steps, algebra[cli.warmup:], forward[cli.warmup:], kept)
 
     summary = {"bench": "grpodropout_overhead", "rows": cli.rows}
     for source, (steps, algebra, forward, kept) in results.items():

@@ -17,14 +17,11 @@ without a collapse check.
 
 from __future__ import annotations
 
-import argparse
 import resource
 import statistics
 import tempfile
-import time
-from pathlib import Path
 
-from benchlib import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
+from benchlib import timed, training_bench_args, write_json  # first: puts the repo and tests/ on sys.path, sets the environment
 
 import torch  # noqa: E402
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402
@@ -33,24 +30,8 @@ from trainer import WinnowConfig, WinnowGRPOTrainer, stages  # noqa: E402
 from trainer.methods import snr  # noqa: E402
 
 
-def timed(fn, sink: list[float]):
-    def wrapper(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            sink.append(time.perf_counter() - t0)
-
-    return wrapper
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=12, help="training steps (default 12)")
-    p.add_argument("--rows", type=int, default=32, help="rollouts per step (default 32 = 8 prompts x 4)")
-    p.add_argument("--warmup", type=int, default=2, help="leading steps left out of the medians (default 2)")
-    p.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    cli = p.parse_args()
+    cli = training_bench_args(__doc__)
 
     filter_s, pipeline_s, check_s = [], [], []
     stage = stages.get_stage("rollout_filter", "snr")
