@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from .algorithms.collapse_metrics import mi_metrics
+from .rollout_batch import gather_padded
 
 __all__ = ["CollapseDetector", "Trace", "first_turn_traces", "mi_metrics"]
 
@@ -123,8 +124,7 @@ class CollapseDetector:
         acc = trainer.accelerator
 
         def gather(t: torch.Tensor, pad: int, pad_first: bool = False) -> list[list[int]]:
-            t = acc.gather(acc.pad_across_processes(t.contiguous(), dim=1, pad_index=pad, pad_first=pad_first))
-            return t.tolist()
+            return gather_padded(acc, t, pad, pad_first).tolist()
 
         model_tokens = output["completion_mask"]
         if output.get("tool_mask") is not None:

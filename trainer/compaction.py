@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from .rollout_batch import gather_padded
+
 logger = logging.getLogger(__name__)
 
 LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
@@ -75,13 +77,10 @@ def compact(
     if "tool_mask" not in keys:
         output = {**output, "tool_mask": torch.ones_like(output["completion_mask"])}
         keys.append("tool_mask")
-    glob = {}
-    for key in keys:
-        t = output[key].contiguous()
-        if t.dim() >= 2:
-            pad = pad_token_id if key in TOKEN_IDS else 0
-            t = accelerator.pad_across_processes(t, dim=1, pad_index=pad, pad_first=key in LEFT_PADDED)
-        glob[key] = accelerator.gather(t) if world > 1 else t
+    glob = {
+        key: gather_padded(accelerator, output[key], pad_token_id if key in TOKEN_IDS else 0, key in LEFT_PADDED)
+        for key in keys
+    }
     N = glob["completion_ids"].shape[0]
     kept = keep.nonzero().squeeze(1)
     K = int(kept.numel())

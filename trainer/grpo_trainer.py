@@ -23,7 +23,7 @@ from .compaction import compact
 from .config import ConfigError, WinnowConfig
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .reward_guard import RewardGuard
-from .rollout_batch import RolloutBatch
+from .rollout_batch import RolloutBatch, gather_padded
 
 # Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
 # leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
@@ -171,7 +171,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         mask = completion_mask * output["tool_mask"] if "tool_mask" in output else completion_mask
 
         def gather_rows(t: torch.Tensor | None, pad: float = 0) -> torch.Tensor | None:
-            return None if t is None else acc.gather(acc.pad_across_processes(t.contiguous(), dim=1, pad_index=pad))
+            return None if t is None else gather_padded(acc, t, pad)
 
         old_logps = entropies = None
         if self._stage_needs & {"old_logps", "entropies"}:
