@@ -63,6 +63,12 @@ def question_seed(seed: int, benchmark: str, qid: str) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, str]], chat_template_kwargs: dict) -> list[int]:
+    """The chat-templated prompt's token ids, generation prompt appended: what every backend feeds the model."""
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False,
+                                         **chat_template_kwargs)
+
+
 class LocalGenerator:
     """transformers ``generate`` on a local model (CPU or one GPU), one question (k samples) per call."""
 
@@ -70,18 +76,12 @@ class LocalGenerator:
         self.model, self.tokenizer, self.decoding = model, tokenizer, decoding
         self.chat_template_kwargs = chat_template_kwargs or {}
 
-    def prompt_ids(self, question: Question) -> list[int]:
-        """The chat-templated prompt's token ids (generation prompt appended)."""
-        return self.tokenizer.apply_chat_template(
-            question.messages, add_generation_prompt=True, tokenize=True, return_dict=False,
-            **self.chat_template_kwargs,
-        )
-
     def generate(self, questions: list[Question], k: int) -> list[list[Completion]]:
         d = self.decoding
         out = []
         for q in questions:
-            ids = torch.tensor([self.prompt_ids(q)], device=self.model.device)
+            ids = torch.tensor([chat_prompt_ids(self.tokenizer, q.messages, self.chat_template_kwargs)],
+                               device=self.model.device)
             torch.manual_seed(question_seed(d.seed, q.benchmark, q.id))
             with torch.no_grad():
                 seqs = self.model.generate(
@@ -124,8 +124,7 @@ class VLLMEngineGenerator:
         d = self.decoding
         tok = self.llm.get_tokenizer()
         prompts = [
-            {"prompt_token_ids": tok.apply_chat_template(q.messages, add_generation_prompt=True, tokenize=True,
-                                                         **self.chat_template_kwargs)}
+            {"prompt_token_ids": chat_prompt_ids(tok, q.messages, self.chat_template_kwargs)}
             for q in questions
         ]
         params = [

@@ -23,7 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from .benchmarks import EvalItem, load_benchmark, render_prompt
-from .generation import Decoding, Generator, LocalGenerator, OracleGenerator, Question, ServerGenerator, token_entropy
+from .generation import (
+    Decoding,
+    Generator,
+    LocalGenerator,
+    OracleGenerator,
+    Question,
+    ServerGenerator,
+    chat_prompt_ids,
+    token_entropy,
+)
 from .grading import extract_final_answer, grade
 from .metrics import dispersion_split, summarize
 from .report import markdown_table, plot_benchmarks
@@ -160,8 +169,7 @@ def _records(config, system, item: EvalItem, q: Question, samples, model, tokeni
                   "truncated": bool(c.truncated), "completion": c.text}
         if config.entropy and model is not None:
             if prompt_ids is None:
-                prompt_ids = tokenizer.apply_chat_template(q.messages, add_generation_prompt=True, tokenize=True,
-                                                           return_dict=False, **config.chat_template_kwargs)
+                prompt_ids = chat_prompt_ids(tokenizer, q.messages, config.chat_template_kwargs)
             record["entropy_sum"], record["entropy_tokens"] = token_entropy(model, prompt_ids, c.token_ids)
         out.append(record)
     return out
