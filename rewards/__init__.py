@@ -10,5 +10,6 @@ from .registry import available, get_reward, register_reward
 from . import math as math_rewards  # noqa: E402,F401  (imported for its registrations)
 from . import countdown as countdown_rewards  # noqa: E402,F401  ("countdown")
 from . import format as format_rewards  # noqa: E402,F401  ("answer_format_penalty")
+from . import overlong as overlong_rewards  # noqa: E402,F401  ("overlong_penalty")
 
 __all__ = ["available", "get_reward", "register_reward"]

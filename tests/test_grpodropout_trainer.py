@@ -57,8 +57,8 @@ def test_advantages_are_the_recentered_selection(tiny_model, tmp_path):
     seen = {}
     original = tr._build_rollout_batch
 
-    def spy(output):
-        batch = original(output)
+    def spy(output, *rest):
+        batch = original(output, *rest)
         seen["batch"] = batch
         return batch
 

@@ -40,8 +40,8 @@ def spy_batches(trainer) -> list:
     seen = []
     original = trainer._build_rollout_batch
 
-    def spy(output):
-        batch = original(output)
+    def spy(output, *rest):
+        batch = original(output, *rest)
         seen.append(batch)
         return batch
 

@@ -103,7 +103,7 @@ def compact(
     if A.dim() == 2:
         A = A[:, : new["completion_ids"].shape[1]]
     new["advantages"] = A * (weight if A.dim() == 1 else weight.unsqueeze(1)).to(A.dtype)
-    _trim_padding(new)
+    trim_padding(new)
     new["num_items_in_batch"] = loss_tokens[kept].sum() if K else loss_tokens.new_zeros(())
     # Row-normalised losses: TRL divides each micro-batch by its rows (now rows_per_step instead of
     # micro_batch_rows); the masked formulation weighted each kept row N/K / micro_batch_rows.
@@ -114,7 +114,7 @@ def compact(
     return new
 
 
-def _trim_padding(batch: dict[str, torch.Tensor]) -> None:
+def trim_padding(batch: dict[str, torch.Tensor]) -> None:
     """Drop columns that are padding in every selected row (the gathered batch is padded to the longest
     row of any rank): prompt columns on the left, completion columns on the right."""
     prompt_cols = batch["prompt_mask"].any(dim=0).nonzero()

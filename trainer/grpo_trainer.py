@@ -21,6 +21,7 @@ from . import stages
 from .collapse import CollapseDetector
 from .compaction import compact
 from .config import ConfigError, WinnowConfig
+from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .reward_guard import RewardGuard
 from .rollout_batch import RolloutBatch, gather_padded
@@ -52,6 +53,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if self._empty_steps is not None:
             self.add_callback(EmptyStepStopCallback(self._empty_steps, args))
         self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
+        self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
 
     # --- TRL override points -------------------------------------------------------------------------
@@ -69,13 +71,18 @@ class WinnowGRPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training:
             return output
+        initial_keep = None
+        if self._dynamic is not None:  # DAPO: replace constant-reward groups by newly generated ones
+            output, initial_keep, metrics = self._dynamic.fill(output, super()._generate_and_score_completions)
+            for name, value in metrics.items():
+                self._metrics["train"][f"dynamic_sampling/{name}"].append(value)
         step = self.state.global_step + 1
         if self._collapse is not None and self._collapse.due(step):
             # On the unfiltered batch, before any stage removes rollouts (RAGEN's order).
             traces, contexts, whole = self._collapse.batch_traces(self, output)
             for name, value in self._collapse.check(self, traces, contexts, step, whole).items():
                 self._metrics["train"][f"collapse/{name}"].append(value)
-        batch = self._build_rollout_batch(output)
+        batch = self._build_rollout_batch(output, initial_keep)
         decision = stages.run_pipeline(batch, self.args)
         self._apply_decision(output, decision)
         for name, value in decision.metrics.items():
@@ -134,6 +141,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 self._empty_steps.load_state_dict(state["empty_steps"])
             if self._collapse is not None and "collapse" in state:
                 self._collapse.load_state_dict(state["collapse"])
+            if self._dynamic is not None and "dynamic_sampling" in state:
+                self._dynamic.load_state_dict(state["dynamic_sampling"])
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -143,6 +152,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             state["empty_steps"] = self._empty_steps.state_dict()
         if self._collapse is not None:
             state["collapse"] = self._collapse.state_dict()
+        if self._dynamic is not None:
+            state["dynamic_sampling"] = self._dynamic.state_dict()
         return state
 
     def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
@@ -164,8 +175,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         finally:
             self.beta = beta
 
-    def _build_rollout_batch(self, output: dict[str, Any]) -> RolloutBatch:
-        """Gather what the stages need from every process (collective: every rank calls it)."""
+    def _build_rollout_batch(self, output: dict[str, Any], keep: torch.Tensor | None = None) -> RolloutBatch:
+        """Gather what the stages need from every process (collective: every rank calls it). ``keep`` is the
+        initial global keep mask (dynamic sampling's top-up groups start dropped)."""
         acc = self.accelerator
         completion_mask = output["completion_mask"]
         mask = completion_mask * output["tool_mask"] if "tool_mask" in output else completion_mask
@@ -185,6 +197,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             mask=gather_rows(mask.float()),
             old_logps=gather_rows(old_logps),
             entropies=gather_rows(entropies),
+            keep=keep,
         )
 
     def _old_policy_logps(self, output: dict[str, Any], need_entropy: bool):

@@ -45,6 +45,16 @@ class TaskArguments:
     reward_timeout: float = field(
         default=2.0, metadata={"help": "Hard wall-clock limit in seconds of one math-verify call (answers over it score 0)."}
     )
+    overlong_buffer_len: int = field(
+        default=4096,
+        metadata={"help": "DAPO overlong shaping (reward 'overlong_penalty'): L_cache, the last tokens before "
+                  "max_completion_length in which the penalty grows linearly from 0 to -overlong_penalty_factor."},
+    )
+    overlong_penalty_factor: float = field(
+        default=1.0,
+        metadata={"help": "DAPO overlong shaping: the penalty at max_completion_length (verl's penalty_factor). With a "
+                  "0/1 task reward, 0.5 is equivalent to DAPO's 1.0 on its +1/-1 reward."},
+    )
     enable_thinking: bool | None = field(
         default=None,
         metadata={"help": "Qwen3 thinking mode (chat template kwarg enable_thinking); None leaves the template default."},
@@ -83,6 +93,12 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
         kwargs = dict(args.chat_template_kwargs or {})
         kwargs["enable_thinking"] = task.enable_thinking
         args.chat_template_kwargs = kwargs
+    if "overlong_penalty" in task.reward_funcs and not 0 < task.overlong_buffer_len <= args.max_completion_length:
+        raise ConfigError(
+            "overlong_buffer_len",
+            f"must be in (0, max_completion_length={args.max_completion_length}] (got {task.overlong_buffer_len})",
+            "DAPO uses 4096 of 20480; pick a buffer smaller than the response budget",
+        )
     return task, args, model_args
 
 
@@ -120,7 +136,13 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if task.max_prompt_tokens is not None:
         dataset = filter_long_prompts(dataset, tokenizer, task.max_prompt_tokens, args.chat_template_kwargs or {})
-    reward_funcs = [rewards.get_reward(name, timeout=task.reward_timeout) for name in task.reward_funcs]
+    reward_options = dict(
+        timeout=task.reward_timeout,
+        max_completion_length=args.max_completion_length,
+        overlong_buffer_len=task.overlong_buffer_len,
+        overlong_penalty_factor=task.overlong_penalty_factor,
+    )
+    reward_funcs = [rewards.get_reward(name, **reward_options) for name in task.reward_funcs]
     init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype is not None:
         init_kwargs.setdefault("dtype", model_args.dtype)

@@ -125,7 +125,7 @@ def required_inputs(args: Any) -> frozenset[str]:
 def can_remove_rollouts(args: Any) -> bool:
     """Whether the configured stages can take rollouts out of the loss (then an optimizer step can end up
     with nothing to train on, and the trainer must skip it rather than let Adam move on stale moments)."""
-    return args.rollout_filter != "none" or args.rollout_dropout != "none"
+    return args.rollout_filter != "none" or args.rollout_dropout != "none" or bool(getattr(args, "dynamic_sampling", False))
 
 
 @dataclass

@@ -1,0 +1,157 @@
+"""DAPO's dynamic sampling through the real trainer (tiny Qwen3, CPU, deterministic rollouts).
+
+Groups whose reward is constant are replaced by groups from newly generated batches until the generation batch
+holds only mixed groups; the bound (max_num_gen_batches) is respected, and what happens at the bound is what
+``dynamic_sampling_on_limit`` says. Overlong shaping through a recipe is covered in test_baseline_recipes_smoke.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_token_parity
+
+from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
+from trainer.algorithms.dapo import mixed_groups
+
+ROWS = 16  # 4 prompt groups of 4 per generation batch
+
+
+class Recorder:
+    """Reward function: 1.0 for every rollout of prompts whose answer is a multiple of 3 (an all-correct group),
+    token parity otherwise; records the answers it scored (one call per generated batch)."""
+
+    __name__ = "acc"
+
+    def __init__(self, constant_everywhere: bool = False):
+        self.calls: list[list[int]] = []
+        self.rows: list[tuple[list[int], float]] = []  # (completion ids, reward) of every generated row, in order
+        self.constant_everywhere = constant_everywhere
+
+    def __call__(self, completions, completion_ids, answer, **kwargs):
+        self.calls.append([int(a) for a in answer])
+        parity = reward_token_parity(completions, completion_ids)
+        out = [1.0 if self.constant_everywhere or int(a) % 3 == 0 else p for a, p in zip(answer, parity)]
+        self.rows += [(list(ids), r) for ids, r in zip(completion_ids, out)]
+        return out
+
+
+def build(tiny_model, tmp_path, reward, **overrides):
+    args = WinnowConfig(
+        output_dir=str(tmp_path / "out"),
+        **{**BASE_ARGS, "per_device_train_batch_size": ROWS, "dynamic_sampling": True, "max_steps": 2,
+           "dynamic_sampling_metric": "acc", **overrides},
+    )
+    return WinnowGRPOTrainer(model=tiny_model, reward_funcs=[reward], args=args, train_dataset=prompt_dataset(48),
+                             rollout_func=deterministic_rollout_func)
+
+
+def spy_batches(trainer) -> list:
+    seen = []
+    original = trainer._build_rollout_batch
+
+    def spy(output, keep=None):
+        batch = original(output, keep)
+        seen.append(batch)
+        return batch
+
+    trainer._build_rollout_batch = spy
+    return seen
+
+
+def logged(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+def test_constant_groups_are_replaced_until_the_batch_is_mixed(tiny_model, tmp_path):
+    reward = Recorder()
+    tr = build(tiny_model, tmp_path, reward)
+    seen = spy_batches(tr)
+    tr.train()
+    assert len(seen) == 2
+    gen_batches = logged(tr, "dynamic_sampling/gen_batches")
+    first_mixed = logged(tr, "dynamic_sampling/first_batch_mixed_ratio")
+    assert [n > 1 for n in gen_batches] == [r < 1 for r in first_mixed]  # refills exactly when a group was constant
+    assert max(gen_batches) >= 2, "the data has all-correct groups, so some step needed a refill"
+    assert sum(gen_batches) == len(reward.calls)  # one reward call per generated batch: the count is honest
+    assert tr._dynamic.refills_drawn == sum(gen_batches) - len(gen_batches)
+    for batch in seen:
+        assert batch.N == ROWS and bool(batch.keep.all())  # a full batch, nothing to drop downstream
+        assert bool(mixed_groups(batch.R_k[:, 0], 4).all())  # only mixed groups reach the loss
+    assert logged(tr, "dynamic_sampling/limit_hit") == [0.0, 0.0]
+    assert logged(tr, "dynamic_sampling/mixed_groups") == [4.0, 4.0]
+    # the refill stream is not the main stream: its first batch holds other prompts than the main first batch
+    assert reward.calls[1] != reward.calls[0]
+
+
+def test_the_kept_groups_are_the_first_mixed_ones_in_generation_order(tiny_model, tmp_path):
+    reward = Recorder()
+    tr = build(tiny_model, tmp_path, reward, max_steps=1)
+    seen = spy_batches(tr)
+    tr.train()
+    groups = [reward.rows[i : i + 4] for i in range(0, len(reward.rows), 4)]
+    mixed = [g for g in groups if len({r for _, r in g}) > 1][:4]
+    assert len(groups) > 4, "this batch needed a refill"
+    batch = seen[0]
+    for row, (ids, r) in enumerate(row for g in mixed for row in g):
+        n = int(batch.mask[row].numel())
+        got = batch.completion_ids[row, : len(ids)].tolist()
+        assert got == ids[:n], f"row {row}: the pipeline's batch is not the first mixed groups in order"
+        assert batch.R_k[row, 0].item() == pytest.approx(r)
+
+
+def test_the_bound_is_respected_and_partial_trains_on_nothing_when_nothing_mixed(tiny_model, tmp_path):
+    reward = Recorder(constant_everywhere=True)
+    tr = build(tiny_model, tmp_path, reward, max_steps=1, max_num_gen_batches=3)
+    before = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    tr.train()
+    assert len(reward.calls) == 3  # exactly max_num_gen_batches generation batches
+    assert logged(tr, "dynamic_sampling/gen_batches") == [3.0]
+    assert logged(tr, "dynamic_sampling/limit_hit") == [1.0]
+    assert logged(tr, "stages/empty_step") == [1.0]  # no mixed group: the step is skipped
+    assert all(torch.equal(before[n], p) for n, p in tr.model.named_parameters())
+
+
+def test_partial_batch_trains_on_the_mixed_groups_found(tiny_model, tmp_path):
+    # every prompt except answers 0..2 mod 6 == 1 is constant: few mixed groups exist, the bound is hit
+    class Sparse(Recorder):
+        def __call__(self, completions, completion_ids, answer, **kwargs):
+            self.calls.append([int(a) for a in answer])
+            parity = reward_token_parity(completions, completion_ids)
+            return [p if int(a) == 7 else 1.0 for a, p in zip(answer, parity)]
+
+    reward = Sparse()
+    tr = build(tiny_model, tmp_path, reward, max_steps=1, max_num_gen_batches=2)
+    seen = spy_batches(tr)
+    tr.train()
+    batch = seen[0]
+    found = logged(tr, "dynamic_sampling/mixed_groups")[0]
+    assert logged(tr, "dynamic_sampling/limit_hit") == [1.0]
+    assert int(batch.keep.sum()) == found * 4 and found < 4
+    assert logged(tr, "stages/kept_rollouts") == [found * 4]
+
+
+def test_error_at_the_bound_names_the_knobs(tiny_model, tmp_path):
+    tr = build(tiny_model, tmp_path, Recorder(constant_everywhere=True), max_steps=1, max_num_gen_batches=2,
+               dynamic_sampling_on_limit="error")
+    with pytest.raises(RuntimeError, match="max_num_gen_batches=2.*dynamic_sampling_on_limit"):
+        tr.train()
+
+
+def test_unknown_metric_and_bad_bound_fail_fast(tiny_model, tmp_path):
+    with pytest.raises(ConfigError, match="dynamic_sampling_metric"):
+        build(tiny_model, tmp_path, Recorder(), dynamic_sampling_metric="math_accuracy")
+    with pytest.raises(ConfigError, match="max_num_gen_batches"):
+        WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, max_num_gen_batches=0)
+
+
+def test_refill_stream_resumes_where_it_stopped(tiny_model, tmp_path):
+    """The number of refill batches drawn is checkpointed (winnow_stage_state.json); a trainer restored from it
+    continues the refill stream instead of replaying it."""
+    a = build(tiny_model, tmp_path / "a", Recorder())
+    drawn = [[row["answer"] for row in a._dynamic._next_refill()] for _ in range(3)]
+    assert drawn[0] != drawn[1]
+    b = build(tiny_model, tmp_path / "b", Recorder())
+    b._dynamic.load_state_dict({"refills_drawn": 2})
+    assert [row["answer"] for row in b._dynamic._next_refill()] == drawn[2]
+    assert b._stage_state()["dynamic_sampling"] == {"refills_drawn": 3}
