@@ -19,6 +19,7 @@ DROPOUT_DELETE = ("positive", "negative", "both")
 DROPOUT_RECENTER = ("prob_weighted", "mean", "none")
 DROPOUT_BASIS = ("mean", "sum")
 DROPOUT_SELECTORS = ("paper", "balanced_push")
+ON_LIMIT = ("partial", "error")
 
 
 class ConfigError(ValueError):
@@ -94,6 +95,61 @@ class WinnowConfig(GRPOConfig):
             "no forward/backward; the loss is the masked one (trainer/compaction.py). A generation batch with "
             "nothing kept runs no forward/backward at all outside DeepSpeed. False keeps them masked."
         },
+    )
+
+    # --- DAPO dynamic sampling (Yu et al. 2025 §3.2) ------------------------------------------------------
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's dynamic sampling: prompt groups whose dynamic_sampling_metric is constant (all correct or "
+            "all wrong) are dropped and replaced by groups from newly generated batches until the generation batch "
+            "is full of mixed groups (bounded by max_num_gen_batches). Refill prompts come from a second seeded pass "
+            "over the training set. Logged as dynamic_sampling/*."
+        },
+    )
+    dynamic_sampling_metric: str = field(
+        default="reward",
+        metadata={
+            "help": "What must vary within a group for it to be kept: 'reward' (the weighted total reward) or the "
+            "name of one reward function of the recipe (e.g. 'math_accuracy': DAPO's 0 < #correct < G rule)."
+        },
+    )
+    max_num_gen_batches: int = field(
+        default=10,
+        metadata={
+            "help": "Most generation batches (of the configured size, the first included) one training batch may "
+            "take. DAPO's recipe oversamples 3x per round with 10 rounds: 30 here. See dynamic_sampling_on_limit."
+        },
+    )
+    dynamic_sampling_on_limit: str = field(
+        default="partial",
+        metadata={
+            "help": "When max_num_gen_batches is reached with too few mixed groups: 'partial' trains on the mixed "
+            "groups found (the missing ones are out of the loss and its normaliser; a step with none is skipped), "
+            "logging dynamic_sampling/limit_hit; 'error' stops training with an error (verl's DAPO behaviour)."
+        },
+    )
+
+    # --- Clip-Cov / KL-Cov (loss_variant: clip_cov | kl_cov; Cui et al. 2025 §4.2) -------------------------
+    clip_cov_ratio: float = field(
+        default=2e-4,
+        metadata={"help": "Clip-Cov: fraction of the micro-step's valid tokens (all processes) whose gradient is cut."},
+    )
+    clip_cov_lb: float = field(
+        default=1.0, metadata={"help": "Clip-Cov: lower bound of the covariance band of candidate tokens (exclusive)."}
+    )
+    clip_cov_ub: float = field(
+        default=5.0, metadata={"help": "Clip-Cov: upper bound of the covariance band of candidate tokens (exclusive)."}
+    )
+    kl_cov_ratio: float = field(
+        default=2e-3,
+        metadata={
+            "help": "KL-Cov: fraction of the micro-step's valid tokens (all processes), largest covariance first, that "
+            "get the |log-ratio| penalty (2e-3 for 7B models, 2e-4 for 32B in the paper; a fraction, not percent)."
+        },
+    )
+    kl_cov_coef: float = field(
+        default=1.0, metadata={"help": "KL-Cov: coefficient beta of the |log pi - log pi_old| penalty (the paper's 1)."}
     )
 
     # --- GRPODropout (rollout_dropout: grpodropout) -------------------------------------------------
@@ -252,10 +308,12 @@ class WinnowConfig(GRPOConfig):
             ("snr_top_p_mode", TOP_P_MODES),
             ("snr_keep", KEEP_MODES),
             ("snr_loss_scaling", LOSS_SCALING),
+            ("dynamic_sampling_on_limit", ON_LIMIT),
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
         self._validate_snr_and_collapse()
+        self._validate_dapo_and_cov()
         if self.num_generations is not None and self.num_generations < 2:
             group_stages = [s for s in stages.configured_stages(self) if s.group_level]
             if group_stages:
@@ -289,3 +347,34 @@ class WinnowConfig(GRPOConfig):
         ):
             if getattr(self, name) < low:
                 raise ConfigError(name, f"must be >= {low} (got {getattr(self, name)})", f"use a value >= {low}")
+
+    def _validate_dapo_and_cov(self) -> None:
+        from .methods.cov_losses import SUPPORTED_LOSS_TYPES, UNSUPPORTED_WITH_COV
+
+        if self.max_num_gen_batches < 1:
+            raise ConfigError(
+                "max_num_gen_batches", f"must be >= 1 (got {self.max_num_gen_batches})", "use e.g. 10; 1 = no refill"
+            )
+        if self.dynamic_sampling and self.num_generations is not None and self.num_generations < 2:
+            raise ConfigError("num_generations", "dynamic_sampling compares rollouts within a group", "set >= 2")
+        for name in ("clip_cov_ratio", "kl_cov_ratio"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ConfigError(name, f"must be in (0, 1] (got {getattr(self, name)})", "use a fraction, e.g. 2e-4")
+        if not self.clip_cov_lb < self.clip_cov_ub:
+            raise ConfigError(
+                "clip_cov_ub", f"must exceed clip_cov_lb (got lb={self.clip_cov_lb}, ub={self.clip_cov_ub})", "e.g. 1 and 5"
+            )
+        if self.kl_cov_coef < 0:
+            raise ConfigError("kl_cov_coef", f"must be >= 0 (got {self.kl_cov_coef})", "use e.g. 1.0")
+        if self.loss_variant in ("clip_cov", "kl_cov"):
+            if self.loss_type not in SUPPORTED_LOSS_TYPES:
+                raise ConfigError(
+                    "loss_type",
+                    f"{self.loss_type!r} changes the surrogate itself; loss_variant {self.loss_variant!r} keeps PPO's",
+                    f"use one of {list(SUPPORTED_LOSS_TYPES)} (the paper's token-mean is 'dapo')",
+                )
+            for name, (off, what) in UNSUPPORTED_WITH_COV.items():
+                if getattr(self, name) != off:
+                    raise ConfigError(
+                        name, f"{what} is not combined with loss_variant {self.loss_variant!r}", f"set {name}: {off}"
+                    )

@@ -6,3 +6,4 @@ sees them).
 
 from . import grpodropout  # noqa: F401  (registers rollout_dropout: grpodropout)
 from . import snr  # noqa: F401  (registers rollout_filter: snr)
+from . import cov_losses  # noqa: F401  (registers loss_variant: clip_cov, kl_cov)
