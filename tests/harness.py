@@ -48,9 +48,13 @@ BASE_ARGS: dict[str, Any] = dict(
 )
 
 
-def prompt_dataset(n: int = len(PROMPTS)) -> Dataset:
-    """A plain-text prompt dataset with an ``answer`` column (reward functions receive it as a kwarg)."""
-    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
+def prompt_dataset(n: int = len(PROMPTS), unique: bool = False) -> Dataset:
+    """A plain-text prompt dataset with an ``answer`` column (reward functions receive it as a kwarg).
+
+    Texts repeat every ``len(PROMPTS)`` rows unless ``unique``: then row i's text ends with its index, so no two
+    rows share a text (needed where a batch may hold two rows of one text -- :func:`deterministic_rollout_func`
+    numbers rollouts per text within a call, which then depends on how the batch is split over processes)."""
+    prompts = [PROMPTS[i % len(PROMPTS)] + (f" (#{i})" if unique else "") for i in range(n)]
     return Dataset.from_dict({"prompt": prompts, "answer": [str(i) for i in range(n)]})
 
 
@@ -75,6 +79,17 @@ def reward_parity_flat_at(*steps: int):
         return reward_token_parity(completions, completion_ids)
 
     return reward_parity_flat
+
+
+def reward_parity_constant_for_multiples_of(k: int):
+    """:func:`reward_token_parity`, except 1.0 for every rollout of prompts whose ``answer`` is a multiple of ``k``:
+    those groups are all-correct, the rest mostly mixed (DAPO's dynamic sampling replaces the former)."""
+
+    def reward_parity_constant(completions, completion_ids, answer, **kwargs):
+        parity = reward_token_parity(completions, completion_ids)
+        return [1.0 if int(a) % k == 0 else p for a, p in zip(answer, parity)]
+
+    return reward_parity_constant
 
 
 def _digest(*parts: Any) -> int:

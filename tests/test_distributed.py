@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "distributed" / "scenarios.py"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step",
-                 "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked"]
+                 "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked",
+                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -71,7 +72,8 @@ def _check_against_reference(results: Path, run: str, name: str) -> dict:
     assert logged(ref, "loss") == pytest.approx(logged(ranks[0], "loss"), abs=1e-5)
     # every stage's decisions (kept counts, and GRPODropout's when configured) match one process
     for key in ("stages/kept_rollouts", "dropout/kept_ratio", "dropout/groups_with_deletion", "snr/kept_groups",
-                "stages/empty_step", "collapse/num_samples", "collapse/num_prompts"):
+                "stages/empty_step", "collapse/num_samples", "collapse/num_prompts", "dynamic_sampling/gen_batches",
+                "dynamic_sampling/mixed_groups", "clip_cov/selected_frac", "kl_cov/selected_frac"):
         assert logged(ref, key) == logged(ranks[0], key) == logged(ranks[1], key), key
     # collapse checks: the pairs are scored on both ranks in other micro-batches; same numbers up to fp32 noise
     for key in ("collapse/mi_estimate", "collapse/retrieval_accuracy", "collapse/conditional_entropy_seq"):
@@ -95,9 +97,31 @@ def test_two_processes_match_one(results, name):
         assert any(h.get("dropout/groups_with_deletion", 0) > 0 for h in out["ref"]["log_history"]), "nothing deleted"
     if name == "snr_collapse_empty_step":
         _check_snr_collapse_empty_step(out)
+    if name in ("clip_cov", "kl_cov"):
+        _check_token_choices(out)
+    if name == "beyond8020":
+        ref, (r0, r1) = out["ref"]["entropy_mask_tokens"], (r["entropy_mask_tokens"] for r in out["ranks"])
+        assert ref and len(ref) == len(r0) == len(r1)
+        # TRL pools entropies over processes: the ranks' kept tokens add up to what one process keeps
+        assert [a + b for a, b in zip(r0, r1)] == ref
+    if name == "dynamic_sampling":
+        gen = [h["dynamic_sampling/gen_batches"] for h in out["ref"]["log_history"] if "dynamic_sampling/gen_batches" in h]
+        assert max(gen) >= 2, "no refill happened: the scenario tests nothing"
     if name.startswith("filter"):
         # the filter really removed something on some step, so the decisions above were not trivial
         assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])
+
+
+def _check_token_choices(out: dict) -> None:
+    """Clip-Cov / KL-Cov: both ranks chose the same global tokens at every micro-step (bit for bit), and the same
+    tokens as one process -- compared by their covariance values, since the rows sit in another order there."""
+    ref, (r0, r1) = out["ref"]["selections"], (r["selections"] for r in out["ranks"])
+    assert ref and len(ref) == len(r0) == len(r1)
+    for s_ref, s0, s1 in zip(ref, r0, r1):
+        assert torch.equal(s0["selected"], s1["selected"]) and torch.equal(s0["cov"], s1["cov"])
+        assert int(s0["selected"].sum()) == int(s_ref["selected"].sum()) > 0
+        chosen = lambda s: torch.sort(s["cov"][s["selected"]]).values  # noqa: E731
+        assert torch.allclose(chosen(s0), chosen(s_ref), atol=1e-5)
 
 
 @pytest.mark.parametrize("compacted, masked", [("filter_grpo_kl_accum", "filter_grpo_kl_accum_masked"),

@@ -30,6 +30,7 @@ from harness import (  # noqa: E402
     deterministic_rollout_func,
     prompt_dataset,
     reward_length,
+    reward_parity_constant_for_multiples_of,
     reward_parity_flat_at,
     reward_token_parity,
     tiny_model_path,
@@ -37,9 +38,13 @@ from harness import (  # noqa: E402
 
 from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage  # noqa: E402
 from trainer.algorithms.grpo import nanstd  # noqa: E402
+from trainer.methods import cov_losses  # noqa: E402
 from trainer.methods.snr import snr_filter, snr_needs  # noqa: E402
 
 DECISIONS: list[dict[str, torch.Tensor]] = []
+SELECTIONS: list[dict[str, torch.Tensor]] = []  # Clip-Cov / KL-Cov global token choices, one per micro-step
+ENTROPY_MASKS: list[int] = []  # Beyond-80/20: tokens TRL's entropy mask kept on this rank, one per micro-step
+cov_losses.add_selection_hook(SELECTIONS.append)
 
 
 @register_stage("rollout_filter", "test_above_median_std", group_level=True, metric_prefix="test_filter")
@@ -93,6 +98,14 @@ SUITES = {
         "rank_keeps_none_masked": (dict(loss_type="grpo", beta=0.04, gradient_accumulation_steps=2,
                                         rollout_filter="none", rollout_dropout="test_keep_first_five",
                                         compact_batch=False), 2),
+        # entropy/sampling baselines (issue: DAPO, Clip-Cov, KL-Cov, Beyond 80/20). num_iterations=2: the second
+        # optimizer step reuses the batch off-policy, where clipping and KL-Cov's |log-ratio| penalty act.
+        "clip_cov": (dict(loss_type="dapo", loss_variant="clip_cov", clip_cov_ratio=0.05, clip_cov_lb=-1e9,
+                          clip_cov_ub=1e9, num_iterations=2), 2),
+        "kl_cov": (dict(loss_type="dapo", loss_variant="kl_cov", kl_cov_ratio=0.05, num_iterations=2), 2),
+        "beyond8020": (dict(loss_type="dapo", rollout_filter="none", top_entropy_quantile=0.2), 2),
+        "dynamic_sampling": (dict(loss_type="dapo", dynamic_sampling=True, unique_prompts=True,
+                                  reward_funcs=[reward_parity_constant_for_multiples_of(3)]), 2),
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {
@@ -106,8 +119,11 @@ GLOBAL_BATCH = 16
 def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, deepspeed: bool) -> None:
     """Train ``steps`` optimizer steps and write this rank's decisions and the final parameters."""
     DECISIONS.clear()
+    SELECTIONS.clear()
+    ENTROPY_MASKS.clear()
     overrides = dict(overrides)
     accum = overrides.pop("gradient_accumulation_steps", 1)
+    unique_prompts = overrides.pop("unique_prompts", False)  # refills may repeat a text within one batch
     reward_funcs = overrides.pop("reward_funcs", [reward_token_parity, reward_length])
     cpu_args = dict(use_cpu=False, ddp_backend="gloo") if deepspeed else {}
     args = WinnowConfig(
@@ -127,9 +143,18 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         model=tiny_model_path(),
         reward_funcs=reward_funcs,
         args=args,
-        train_dataset=prompt_dataset(64),
+        train_dataset=prompt_dataset(64, unique=unique_prompts),
         rollout_func=deterministic_rollout_func,
     )
+    if args.top_entropy_quantile < 1.0:
+        original = trainer.get_high_entropy_mask
+
+        def recorded(entropies, mask, threshold):
+            out = original(entropies, mask, threshold)
+            ENTROPY_MASKS.append(int(out.sum()))
+            return out
+
+        trainer.get_high_entropy_mask = recorded
     trainer.train()
     acc = trainer.accelerator
     rank = acc.process_index
@@ -137,6 +162,8 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     state = acc.get_state_dict(model)  # collective under ZeRO-3: gathers the partitioned weights
     record = {
         "decisions": DECISIONS,
+        "selections": SELECTIONS,
+        "entropy_mask_tokens": ENTROPY_MASKS,
         "local_completion_ids": trainer._buffered_inputs[0]["completion_ids"].clone(),  # this rank's own rows
         "log_history": trainer.state.log_history,
         "world": world,
