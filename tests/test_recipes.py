@@ -44,6 +44,15 @@ GRPODROPOUT_GRPO_BASELINE = {
     "advantage": "grpo",
     "advantage_std": "unbiased",  # the authors ran verl: torch.std (ddof 1) + 1e-6 (reference doc §5)
     "advantage_eps": 1e-6,
+    "reward_funcs": ["math_accuracy"],  # the rule-based correctness reward alone
+    "reward_weights": [1.0],
+    # none of the Table 1 baselines' mechanisms (each row below adds exactly its own):
+    "loss_variant": "none",  # TRL's clipped surrogate (no Clip-Cov / KL-Cov)
+    "dynamic_sampling": False,
+    "top_entropy_quantile": 1.0,  # every token in the loss
+    # no dual-clip bound. NB verl's stock vanilla loss dual-clips A < 0 at clip_ratio_c 3 (teacher-methods doc
+    # §2.0), which the GRPO rows here do not model; pinned so that DAPO's clip_ratio_c 10 is the only one.
+    "delta": None,
 }
 
 NO_DROPOUT = {"rollout_dropout": "none"}
@@ -78,6 +87,40 @@ for m, pos, neg, center, p_wt in TABLE2:
     c = "pwt" if center and p_wt else ("mean" if center else "none")
     PAPER_RECIPES[f"configs/grpodropout/table2/qwen3-{m}-del_{name}-center_{c}.yaml"] = (
         grpodropout_row(pos, neg, center, p_wt), f"Qwen/Qwen3-{m.upper()}")
+
+# Table 1 baseline rows other than GRPO and GRPODropout, as the GRPODropout authors ran them
+# (shared/reference/grpodropout.md §9 "Baselines as implemented in this repository"; method details in
+# shared/reference/teacher-methods-and-baselines.md §2.1-2.5): the GRPO baseline (ENABLE_SELECTOR=False, no
+# rollout deleted) plus exactly the method's settings.
+TABLE1_METHODS = {
+    # full DAPO: verl/examples/dapo/qwen3-{size}/run_dapo17k_base.sh (recipe.dapo.main_dapo)
+    "dapo": {
+        "epsilon": 0.2,  # clip_ratio_low
+        "epsilon_high": 0.28,  # clip_ratio_high
+        "delta": 10.0,  # clip_ratio_c 10 (dual-clip for A < 0; TRL's cap on the unclipped ratio)
+        "loss_type": "dapo",  # token-mean
+        "dynamic_sampling": True,  # filter_groups.enable
+        "dynamic_sampling_metric": "math_accuracy",  # filter_groups.metric acc: 0 < #correct < G
+        "max_num_gen_batches": 3 * 10,  # 10 rounds of gen_batch_size 384 = 3 x 128 prompts; our round = 128 prompts
+        "reward_funcs": ["math_accuracy", "overlong_penalty"],  # reward_manager dapo: task reward + overlong shaping
+        "reward_weights": [1.0, 1.0],
+        "overlong_buffer_len": 4096,
+        # penalty_factor 1.0 on the +1/-1 reward R; math_accuracy is (R + 1)/2, so the same advantages take 1.0 / 2
+        "overlong_penalty_factor": 1.0 / 2,
+        "beta": 0.0,  # no KL
+        "entropy_coef": 0.0,  # no entropy bonus
+    },
+    # loss_mode=clip_cov, clip_cov_ratio 2e-4, clip_cov_lb 1.0, clip_cov_ub 5.0 (the GRPO setup's clip 0.2)
+    "clip_cov": {"loss_variant": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
+    # loss_mode=kl_cov with the repository's env files: kl_cov_ratio 0.002, ppo_kl_coef 1
+    "kl_cov": {"loss_variant": "kl_cov", "kl_cov_ratio": 0.002, "kl_cov_coef": 1.0},
+    # loss_mode=high_entropy, top_entropy_quantile 0.2 (the GRPO setup's clip 0.2)
+    "beyond8020": {"top_entropy_quantile": 0.2},
+}
+for method, changes in TABLE1_METHODS.items():
+    for m, M in (("1.7b", "1.7B"), ("4b", "4B"), ("8b", "8B")):
+        PAPER_RECIPES[f"configs/grpodropout/table1/qwen3-{m}-{method}.yaml"] = (
+            {**GRPODROPOUT_GRPO_BASELINE, **NO_DROPOUT, **changes}, f"Qwen/Qwen3-{M}")
 
 
 # RAGEN-2 (arXiv:2604.06268 §4.4; shared/reference/ragen.md §1.7 and §8): the main-table settings, and the
@@ -179,6 +222,13 @@ def resolved(path: Path) -> dict:
         "max_steps": args.max_steps,
         "scale_rewards": args.scale_rewards,
         "reward_funcs": list(task.reward_funcs),
+        # TRL: reward_weights None = 1.0 for every reward function
+        "reward_weights": list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(task.reward_funcs),
+        "overlong_buffer_len": task.overlong_buffer_len,
+        "overlong_penalty_factor": task.overlong_penalty_factor,
+        **{k: getattr(args, k) for k in ("loss_variant", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub",
+                                          "kl_cov_ratio", "kl_cov_coef", "top_entropy_quantile", "delta",
+                                          "dynamic_sampling", "dynamic_sampling_metric", "max_num_gen_batches")},
         **{k: getattr(args, k) for k in ("rollout_filter", "snr_metric", "snr_strategy", "snr_top_p_mode",
                                           "snr_include_zero", "snr_value", "collapse_detection",
                                           "collapse_num_samples", "collapse_every")},
@@ -206,6 +256,17 @@ def test_paper_recipe_matches_paper(rel):
     mismatches = {k: (got[k], v) for k, v in expected.items() if got[k] != pytest.approx(v)}
     assert not mismatches, f"{rel} drifted from the paper (got, paper): {mismatches}"
     assert got["warmup_steps"] == 0  # constant schedule without warm-up
+
+
+def test_readme_names_every_recipe():
+    """configs/README.md maps the papers' tables to recipe files: every YAML under configs/ must appear in it."""
+    import re
+
+    readme = (ROOT / "configs" / "README.md").read_text()
+    named = set(re.findall(r"(?<![\w/.-])configs/[\w./-]+?\.yaml\b", readme))
+    every = {str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml")}
+    assert not every - named, f"configs/README.md does not name: {sorted(every - named)}"
+    assert not named - every, f"configs/README.md names files that do not exist: {sorted(named - every)}"
 
 
 def test_cli_overrides_beat_the_recipe():
