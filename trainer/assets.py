@@ -313,6 +313,29 @@ def make_smollm2(path: str | os.PathLike | None = None, force: bool = False) -> 
     return final
 
 
+def make_smollm2_perturbed(noise: float = 0.05, seed: int = 0, force: bool = False) -> Path:
+    """SmolLM2-135M-Instruct with seeded Gaussian noise added to every weight matrix (std = ``noise`` x that
+    tensor's own std): a weaker copy that the clean model can teach in the CPU UECR demo (a real teacher/student
+    pair with the same tokenizer, the only kind that fits this machine)."""
+    final = cache_dir() / f"smollm2-perturbed-{noise:g}-{seed}"
+    if not force and _is_complete(final, SMOLLM2_FILES):
+        return final
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = make_smollm2()
+    model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, param in sorted(model.named_parameters()):
+            if param.dim() >= 2:
+                param.add_(torch.randn(param.shape, generator=gen) * noise * param.std())
+    with _atomic_dir(final, SMOLLM2_FILES, force) as tmp:
+        model.save_pretrained(str(tmp))
+        AutoTokenizer.from_pretrained(str(src)).save_pretrained(str(tmp))
+    return final
+
+
 def main() -> None:
     """Prepare the tokenizer and the default tiny model (and SmolLM2 with ``--smollm2``), printing their paths."""
     t0 = time.perf_counter()

@@ -13,6 +13,7 @@ from trl import GRPOConfig
 from . import stages
 from .algorithms.grpo import STD_KINDS
 from .algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
+from .config_teacher import TeacherFields, validate_teacher_fields
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
 DROPOUT_DELETE = ("positive", "negative", "both")
@@ -31,7 +32,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class WinnowConfig(GRPOConfig):
+class WinnowConfig(TeacherFields, GRPOConfig):
     """GRPOConfig + the stage pipeline (filter -> dropout -> advantage) and loss variants.
 
     With ``rollout_filter="none"``, ``rollout_dropout="none"``, ``advantage="grpo"`` and
@@ -314,6 +315,7 @@ class WinnowConfig(GRPOConfig):
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
         self._validate_snr_and_collapse()
         self._validate_dapo_and_cov()
+        validate_teacher_fields(self, "teacher" in stages.required_inputs(self))
         if self.num_generations is not None and self.num_generations < 2:
             group_stages = [s for s in stages.configured_stages(self) if s.group_level]
             if group_stages:
@@ -349,7 +351,7 @@ class WinnowConfig(GRPOConfig):
                 raise ConfigError(name, f"must be >= {low} (got {getattr(self, name)})", f"use a value >= {low}")
 
     def _validate_dapo_and_cov(self) -> None:
-        from .methods.cov_losses import SUPPORTED_LOSS_TYPES, UNSUPPORTED_WITH_COV
+        from .methods.surrogate import SUPPORTED_LOSS_TYPES, UNSUPPORTED
 
         if self.max_num_gen_batches < 1:
             raise ConfigError(
@@ -366,14 +368,14 @@ class WinnowConfig(GRPOConfig):
             )
         if self.kl_cov_coef < 0:
             raise ConfigError("kl_cov_coef", f"must be >= 0 (got {self.kl_cov_coef})", "use e.g. 1.0")
-        if self.loss_variant in ("clip_cov", "kl_cov"):
+        if self.loss_variant in ("clip_cov", "kl_cov", "naive_hybrid"):
             if self.loss_type not in SUPPORTED_LOSS_TYPES:
                 raise ConfigError(
                     "loss_type",
                     f"{self.loss_type!r} changes the surrogate itself; loss_variant {self.loss_variant!r} keeps PPO's",
                     f"use one of {list(SUPPORTED_LOSS_TYPES)} (the paper's token-mean is 'dapo')",
                 )
-            for name, (off, what) in UNSUPPORTED_WITH_COV.items():
+            for name, (off, what) in UNSUPPORTED.items():
                 if getattr(self, name) != off:
                     raise ConfigError(
                         name, f"{what} is not combined with loss_variant {self.loss_variant!r}", f"set {name}: {off}"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import time
 from typing import Any
 
 import torch
@@ -25,6 +27,7 @@ from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .reward_guard import RewardGuard
 from .rollout_batch import RolloutBatch, gather_padded
+from .teacher import load_teacher, score_tokens
 
 # Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
 # leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
@@ -54,6 +57,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self.add_callback(EmptyStepStopCallback(self._empty_steps, args))
         self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
         self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
+        # The frozen teacher exists only when a configured stage scores with it (off means off).
+        self._teacher = load_teacher(args, self.accelerator, self._tokenizer) if "teacher" in self._stage_needs else None
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
 
     # --- TRL override points -------------------------------------------------------------------------
@@ -84,6 +89,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 self._metrics["train"][f"collapse/{name}"].append(value)
         batch = self._build_rollout_batch(output, initial_keep)
         decision = stages.run_pipeline(batch, self.args)
+        if self.args.loss_variant == "naive_hybrid":  # its OPD term needs delta in every micro-batch
+            from .methods.teacher_baselines import TEACHER_DELTA_KEY
+            from .methods.uecr import teacher_gap
+
+            B, T = output["completion_ids"].shape
+            rank = self.accelerator.process_index
+            output[TEACHER_DELTA_KEY] = teacher_gap(batch)[rank * B : (rank + 1) * B, :T].float()
         self._apply_decision(output, decision)
         for name, value in decision.metrics.items():
             self._metrics["train"][name].append(value)
@@ -185,9 +197,19 @@ class WinnowGRPOTrainer(GRPOTrainer):
         def gather_rows(t: torch.Tensor | None, pad: float = 0) -> torch.Tensor | None:
             return None if t is None else gather_padded(acc, t, pad)
 
+        needs = self._stage_needs
+        scores = self._teacher_scores(output) if "teacher" in needs else {}
+        sampling_t = scores.pop("old_logps_sampling_t", None)  # same forward as T = 1, at the sampling temperature
         old_logps = entropies = None
-        if self._stage_needs & {"old_logps", "entropies"}:
-            old_logps, entropies = self._old_policy_logps(output, need_entropy="entropies" in self._stage_needs)
+        if needs & {"old_logps", "entropies"}:
+            reusable = (sampling_t is not None and "entropies" not in needs and self.args.old_logps_source == "policy"
+                        and output.get("old_per_token_logps") is None)
+            if reusable:
+                old_logps = sampling_t
+            else:
+                old_logps, entropies = self._old_policy_logps(output, need_entropy="entropies" in needs)
+        extras: dict[str, Any] = {"global_step": self.state.global_step, "max_steps": self.state.max_steps}
+        extras.update({k: gather_rows(v) for k, v in scores.items()})
         return RolloutBatch(
             R_k=self._global_rewards_per_func,
             reward_weights=self.reward_weights.to(completion_mask.device),
@@ -197,8 +219,29 @@ class WinnowGRPOTrainer(GRPOTrainer):
             mask=gather_rows(mask.float()),
             old_logps=gather_rows(old_logps),
             entropies=gather_rows(entropies),
+            extras=extras,
             keep=keep,
         )
+
+    def _teacher_scores(self, output: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Teacher log-probs and full-vocabulary entropy, and the old policy's log-probs, at T = 1 on this rank's
+        rows (collective under ZeRO-3: every rank runs the same number of forwards). The student pass happens
+        before this batch's first update, so the current policy *is* the old one."""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        T = output["completion_ids"].shape[1]
+        common = dict(chunk_tokens=self.args.teacher_chunk_tokens, micro_batch_size=self.args.teacher_micro_batch_size,
+                      accelerator=self.accelerator)
+        start = time.perf_counter()
+        teacher = score_tokens(self._teacher, input_ids, attention_mask, T, with_entropy=True, **common)
+        seconds = time.perf_counter() - start
+        student = score_tokens(self.model, input_ids, attention_mask, T, temperatures=(1.0, self.temperature), **common)
+        metrics = self._metrics["train"]
+        metrics["teacher/score_seconds"].append(seconds)
+        metrics["teacher/forwards"].append(float(teacher["forwards"]))
+        metrics["teacher/peak_memory_mb"].append(_peak_memory_mb(input_ids.device))
+        return {"teacher_logps": teacher["logps"][0], "teacher_entropy": teacher["entropy"],
+                "old_logps_t1": student["logps"][0], "old_logps_sampling_t": student["logps"][1]}
 
     def _old_policy_logps(self, output: dict[str, Any], need_entropy: bool):
         """Old-policy per-token log-probs (and entropies) at the sampling temperature, local rows.
@@ -260,6 +303,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
         output["num_items_in_batch"] = acc.gather(loss_mask.sum()).sum()
         N, kept = decision.keep.numel(), int(decision.keep.sum())
         output["winnow_loss_scale"] = torch.tensor(N / max(kept, 1), device=advantages.device)
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    """Peak accelerator memory (CUDA) or, on CPU, the process's peak resident set size, in MB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:

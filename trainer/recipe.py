@@ -22,7 +22,8 @@ from .config import ConfigError, WinnowConfig
 logger = logging.getLogger(__name__)
 
 # Models that exist on every machine of ours without a hub download, built by ``trainer.assets``.
-OFFLINE_MODELS = {"offline:smollm2": "make_smollm2", "offline:tiny-qwen3": "make_tiny_qwen3"}
+OFFLINE_MODELS = {"offline:smollm2": "make_smollm2", "offline:tiny-qwen3": "make_tiny_qwen3",
+                  "offline:smollm2-perturbed": "make_smollm2_perturbed"}
 
 
 @dataclass
@@ -132,6 +133,8 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
     from .run_artifacts import MetricsFileCallback
 
     model_path = resolve_model_path(model_args.model_name_or_path)
+    if args.teacher_model_name_or_path:
+        args.teacher_model_name_or_path = resolve_model_path(args.teacher_model_name_or_path)
     dataset = load_task_dataset(task.dataset_name, **(task.dataset_kwargs or {}))
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if task.max_prompt_tokens is not None:

@@ -15,7 +15,9 @@ Kinds:
   micro-batch (the default, ``none``, is TRL's loss unchanged).
 
 ``needs`` names inputs the trainer must compute before the pipeline runs: ``old_logps`` (old-policy
-per-token log-probs at the sampling temperature) and ``entropies`` (old-policy token entropy). It is a set,
+per-token log-probs at the sampling temperature), ``entropies`` (old-policy token entropy) and ``teacher``
+(the frozen teacher's per-token log-probs and full-vocabulary entropy, and the old policy's log-probs, all at
+T = 1: ``batch.extras["teacher_logps" | "teacher_entropy" | "old_logps_t1"]``; the teacher is loaded only then). It is a set,
 or a function of the config returning one when what a stage needs depends on its options (the SNR filter
 needs entropies only for its entropy scores; an extra forward pass every step would be waste otherwise).
 Stage functions are pure in the sense that every rank calls them on the same global batch and must get
@@ -33,7 +35,7 @@ from .algorithms.grpo import grpo_advantages, normalize_then_sum_advantages
 from .rollout_batch import RolloutBatch
 
 STAGE_KINDS = ("rollout_filter", "rollout_dropout", "advantage", "loss_variant")
-KNOWN_NEEDS = frozenset({"old_logps", "entropies"})
+KNOWN_NEEDS = frozenset({"old_logps", "entropies", "teacher"})
 
 
 @dataclass

@@ -1,0 +1,153 @@
+"""The frozen teacher of UECR-GRPO and the teacher-assisted baselines: loading and token scoring.
+
+``load_teacher`` loads the teacher frozen (eval mode, no grad, dropout off), checks that it reads the student's
+token ids, and prepares it the way TRL prepares its reference model: ``prepare_deepspeed`` under DeepSpeed
+(ZeRO-3 partitions it over ranks; other stages keep a stage-0 replica), ``accelerator.prepare_model(...,
+evaluation_mode=True)`` otherwise.
+
+``score_tokens`` gives per-token log-probs of the sampled tokens at one or more temperatures and the
+full-vocabulary entropy at the first, all in float32, from **one** backbone pass: the LM head runs over chunks
+of ``chunk_tokens`` positions, so memory never holds (batch, length, vocab) float32 logits (Qwen3's vocabulary
+is 151,936; a 16k-token response would need 9.7 GB per sequence). Written here rather than with TRL's fused
+LM head because that head bakes one temperature into the model, and UECR needs the old policy at raw T = 1
+(the teacher gap) *and* at the sampling temperature (PPO ratios) from the same forward.
+
+Under ZeRO-3 every forward is a collective: all ranks must run the same number of them. Forwards are counted
+in rows (micro-batches of ``micro_batch_size``), never in tokens, and the count is all-reduced to the maximum
+over ranks, so a rank with shorter (or fewer) completions runs extra dummy forwards instead of leaving the
+others waiting.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+
+class TeacherVocabularyError(ValueError):
+    """The teacher does not read the student's token ids the same way."""
+
+
+def check_vocabulary(student_tokenizer: Any, teacher_path: str, teacher_config: Any, revision: str | None = None) -> None:
+    """Refuse a teacher whose tokenizer maps any token differently from the student's, or whose embedding table
+    is smaller than the student's vocabulary (its log-probs would be of other tokens). Raises
+    :class:`TeacherVocabularyError` with both sizes and the first differing token."""
+    from transformers import AutoTokenizer
+
+    student_vocab = student_tokenizer.get_vocab()
+    rows = int(getattr(teacher_config.get_text_config(), "vocab_size", 0) or 0)
+    if rows < len(student_vocab):
+        raise TeacherVocabularyError(
+            f"teacher {teacher_path!r} has {rows} embedding rows but the student's tokenizer has {len(student_vocab)} "
+            "tokens; teacher and student must share a tokenizer (e.g. both Qwen3)"
+        )
+    try:
+        teacher_tokenizer = AutoTokenizer.from_pretrained(teacher_path, revision=revision)
+    except (OSError, ValueError):
+        return  # a checkpoint without tokenizer files: the embedding-size check above is all we can do
+    teacher_vocab = teacher_tokenizer.get_vocab()
+    if teacher_vocab != student_vocab:
+        differing = sorted(set(student_vocab.items()) ^ set(teacher_vocab.items()), key=lambda kv: kv[1])[:1]
+        raise TeacherVocabularyError(
+            f"teacher {teacher_path!r} tokenizer differs from the student's ({len(teacher_vocab)} vs {len(student_vocab)} "
+            f"tokens; first difference {differing}); teacher log-probs would score other tokens. Use a teacher of the "
+            "student's family"
+        )
+
+
+def load_teacher(args: Any, accelerator: Any, student_tokenizer: Any) -> torch.nn.Module:
+    """Load ``args.teacher_model_name_or_path`` frozen and prepared for this launch (see the module docstring)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path, revision = args.teacher_model_name_or_path, args.teacher_revision
+    check_vocabulary(student_tokenizer, path, AutoConfig.from_pretrained(path, revision=revision), revision)
+    dtype = "auto" if args.teacher_dtype == "auto" else getattr(torch, args.teacher_dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype)
+    model.eval()
+    model.requires_grad_(False)
+    if getattr(accelerator.state, "deepspeed_plugin", None) is not None:
+        from trl.models import prepare_deepspeed
+
+        return prepare_deepspeed(model, accelerator)
+    return accelerator.prepare_model(model, evaluation_mode=True)
+
+
+def _core(model: Any) -> Any:
+    """The transformers model inside DeepSpeed / DDP / PEFT wrappers (its forward hooks stay armed)."""
+    while isinstance(getattr(model, "module", None), torch.nn.Module):
+        model = model.module  # DeepSpeedEngine (which forwards attribute lookups, so test the type), DDP
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()  # PEFT: the base model with the adapters injected
+    return model
+
+
+def _head(core: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    logits = F.linear(hidden.to(weight.dtype), weight, bias).float()
+    cap = getattr(core.config.get_text_config(), "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+@torch.no_grad()
+def score_tokens(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    *,
+    temperatures: Sequence[float] = (1.0,),
+    with_entropy: bool = False,
+    chunk_tokens: int = 512,
+    micro_batch_size: int = 4,
+    accelerator: Any = None,
+) -> dict[str, Any]:
+    """Log-probs of the last ``logits_to_keep`` tokens of each row at each temperature (``logps``: a list of
+    (B, logits_to_keep) float32 tensors) and, with ``with_entropy``, the full-vocabulary entropy at
+    ``temperatures[0]`` (``entropy``). Alignment is TRL's: position t scores token t from the prefix before it.
+    ``forwards`` = the number of backbone forwards this rank ran (equal on every rank when ``accelerator`` is
+    given)."""
+    from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+    core = _core(model)
+    backbone, lm_head = core.base_model, core.get_output_embeddings()
+    B = input_ids.shape[0]
+    n_forwards = math.ceil(B / micro_batch_size)
+    if accelerator is not None and accelerator.num_processes > 1:
+        n = torch.tensor([n_forwards], device=input_ids.device)
+        n_forwards = int(accelerator.reduce(n, reduction="max"))
+    targets = input_ids[:, -logits_to_keep:]
+    logps = [input_ids.new_zeros((B, logits_to_keep), dtype=torch.float32) for _ in temperatures]
+    entropy = input_ids.new_zeros((B, logits_to_keep), dtype=torch.float32) if with_entropy else None
+    for f in range(n_forwards):
+        rows = slice(f * micro_batch_size, min((f + 1) * micro_batch_size, B))
+        real = rows.start < B
+        if not real:  # keep ZeRO-3's collectives in lockstep with ranks that have more rows
+            rows = slice(0, min(1, B)) if B else None
+        ids = input_ids[rows] if rows is not None else input_ids.new_zeros((1, logits_to_keep + 1))
+        mask = attention_mask[rows] if rows is not None else torch.ones_like(ids)
+        hidden = backbone(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        with maybe_gather_lm_head_ctx(lm_head.weight, lm_head.bias):  # a collective too: dummy forwards enter it
+            if not real:
+                continue
+            hidden = hidden[:, -logits_to_keep - 1 : -1]  # state before each kept token
+            flat = hidden.reshape(-1, hidden.shape[-1])
+            flat_targets = targets[rows].reshape(-1)
+            out_lp = [torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device) for _ in temperatures]
+            out_h = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device) if with_entropy else None
+            for start in range(0, flat.shape[0], chunk_tokens):
+                part = slice(start, start + chunk_tokens)
+                logits = _head(core, flat[part], lm_head.weight, lm_head.bias)
+                for k, temperature in enumerate(temperatures):
+                    lsm = torch.log_softmax(logits / temperature, dim=-1)
+                    out_lp[k][part] = lsm.gather(-1, flat_targets[part].unsqueeze(-1)).squeeze(-1)
+                    if k == 0 and with_entropy:
+                        out_h[part] = -(lsm.exp() * lsm).sum(-1)
+                del logits
+        n_rows = rows.stop - rows.start
+        for k in range(len(temperatures)):
+            logps[k][rows] = out_lp[k].view(n_rows, logits_to_keep)
+        if with_entropy:
+            entropy[rows] = out_h.view(n_rows, logits_to_keep)
+    return {"logps": logps, "entropy": entropy, "forwards": n_forwards}
