@@ -1,7 +1,7 @@
 """``loss_variant: clip_cov | kl_cov`` -- Cui et al. 2025's covariance-based losses as TRL micro-batch losses.
 
-Each replaces TRL's ``_compute_loss`` for one micro-batch: the policy forward is TRL's own
-(``_get_per_token_logps_and_entropies``); the token covariance and the token choice are computed on this
+Each replaces TRL's ``_compute_loss`` for one micro-batch: the policy forward and everything after the per-token
+surrogate are TRL's conventions (trainer/methods/surrogate.py); the token covariance and the token choice are computed on this
 micro-step's rows pooled over *every* process (one gather, no grad), so all ranks choose the same global token
 set; each rank then trains its own rows. Aggregation is TRL's normaliser for ``loss_type`` (dapo = token mean
 over the generation batch, grpo = per-sequence mean, bnpo, dr_grpo), TRL's reference KL (``beta``), vLLM
@@ -28,18 +28,8 @@ from ..algorithms.losses import (
 )
 from ..rollout_batch import gather_padded
 from ..stages import register_stage
+from .surrogate import finish, global_mean, policy_forward
 
-# TRL loss types whose normaliser this module reproduces (the others change the surrogate itself).
-SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
-ROW_NORMALISED = frozenset({"grpo", "dr_grpo"})  # compaction's winnow_loss_scale applies to these
-# TRL features whose interaction with a replaced surrogate is undefined; rejected at config time.
-UNSUPPORTED_WITH_COV = {
-    "top_entropy_quantile": (1.0, "Beyond-80/20 token masking is a separate baseline"),
-    "off_policy_mask_threshold": (None, "off-policy sequence masking"),
-    "importance_sampling_level": ("token", "sequence-level importance ratios"),
-    "use_adaptive_entropy": (False, "the adaptive entropy controller"),
-    "delta": (None, "two-sided (dual) clipping; Clip-Cov clips as PPO does and KL-Cov does not clip"),
-}
 SelectionHook = Callable[[dict[str, torch.Tensor]], None]
 _hooks: list[SelectionHook] = []
 
@@ -68,41 +58,13 @@ def _local(trainer: Any, t: torch.Tensor, B: int, T: int) -> torch.Tensor:
     return t[rank * B : (rank + 1) * B, :T]
 
 
-def normalise(trainer: Any, per_token_loss: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-    """TRL's aggregation of a per-token loss for ``loss_type`` (train mode), including gradient accumulation."""
-    args, loss_type = trainer.args, trainer.loss_type
-    accum = trainer.current_gradient_accumulation_steps
-    if loss_type == "grpo":
-        return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
-    if loss_type == "bnpo":
-        return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / accum
-    if loss_type == "dr_grpo":
-        return (per_token_loss * mask).sum() / (per_token_loss.size(0) * trainer.max_completion_length) / accum
-    if loss_type == "dapo":
-        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
-        normalizer = normalizer * accum / args.steps_per_generation
-        return (per_token_loss * mask).sum() / normalizer
-    raise ValueError(f"loss_variant {args.loss_variant!r} supports loss_type {SUPPORTED_LOSS_TYPES}, not {loss_type!r}")
-
-
 def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], variant: str) -> torch.Tensor:
     """One micro-batch of Clip-Cov (``variant='clip_cov'``) or KL-Cov (``'kl_cov'``); see the module docstring."""
     if not trainer.model.training:
         return trainer.trl_compute_loss(model, inputs)  # evaluation loss: the plain surrogate, no token choice
     args = trainer.args
-    prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-    mask = inputs["completion_mask"] * inputs.get("tool_mask", torch.ones_like(inputs["completion_mask"]))
-    logp, entropies, _ = trainer._get_per_token_logps_and_entropies(
-        model,
-        torch.cat([prompt_ids, completion_ids], dim=1),
-        torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
-        completion_ids.size(1),
-        compute_entropy=True,
-    )
-    A = inputs["advantages"]
-    A_tok = (A.unsqueeze(1) if A.dim() == 1 else A).expand_as(logp)
-    old = inputs.get("old_per_token_logps")
-    old = logp.detach() if old is None else old
+    p = policy_forward(trainer, model, inputs)
+    logp, mask, A_tok, old = p.logp, p.mask, p.A, p.old
     ratio = torch.exp(logp.detach() - old)
     eps_low, eps_high = trainer.epsilon_low, trainer.epsilon_high
 
@@ -127,39 +89,18 @@ def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], variant: str) -> 
         per_token_loss = clip_cov_token_loss(logp, old, A_tok, selected, eps_low, eps_high)
     else:
         per_token_loss = kl_cov_token_loss(logp, old, A_tok, selected, args.kl_cov_coef)
-    if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
-        per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
-    if trainer.beta != 0.0:
-        ref = inputs["ref_per_token_logps"]
-        per_token_kl = torch.exp(ref - logp) - (ref - logp) - 1  # TRL's k3 estimator
-        per_token_loss = per_token_loss + trainer.beta * per_token_kl
-        trainer._metrics["train"]["kl"].append(_global_mean(trainer, per_token_kl, mask))
-    scale = inputs.get("winnow_loss_scale")
-    if scale is not None and trainer.loss_type in ROW_NORMALISED:
-        per_token_loss = per_token_loss * scale  # dropped rollouts out of the row count (see compaction.py)
-    loss = normalise(trainer, per_token_loss, mask, inputs)
-    entropy_coef = getattr(trainer, "entropy_coef", args.entropy_coef)
-    if entropy_coef:
-        loss = loss - entropy_coef * (entropies * mask).sum() / mask.sum().clamp(min=1.0) / (
-            trainer.current_gradient_accumulation_steps
-        )
+    loss = finish(trainer, p, per_token_loss, inputs)
 
     metrics = trainer._metrics["train"]
-    metrics["entropy"].append(_global_mean(trainer, entropies, mask))
     n_valid = max(float(g_mask.sum()), 1.0)
     metrics[f"{variant}/selected_frac"].append(float(g_selected.sum()) / n_valid)
     metrics[f"{variant}/candidate_frac"].append(float(candidates) / n_valid)
     metrics[f"{variant}/cov_mean"].append(float((cov * g_mask).sum()) / n_valid)
     if variant == "kl_cov":
-        metrics["kl_cov/abs_log_ratio_mean"].append(_global_mean(trainer, (logp.detach() - old).abs(), mask))
+        metrics["kl_cov/abs_log_ratio_mean"].append(global_mean(trainer, (logp.detach() - old).abs(), mask))
     else:
         metrics["clip_cov/ppo_clip_frac"].append(float((g_clipped & g_mask.bool()).sum()) / n_valid)
     return loss
-
-
-def _global_mean(trainer: Any, x: torch.Tensor, mask: torch.Tensor) -> float:
-    totals = trainer.accelerator.reduce(torch.stack([(x.detach() * mask).sum(), mask.sum().float()]), reduction="sum")
-    return float(totals[0] / totals[1].clamp(min=1.0))
 
 
 @register_stage("loss_variant", "clip_cov", metric_prefix="clip_cov")

@@ -1,0 +1,108 @@
+"""Shared pieces of the loss variants that replace TRL's per-token surrogate (Clip-Cov, KL-Cov, the naive hybrid).
+
+A loss variant computes its own per-token policy loss and hands the rest back to TRL's conventions:
+``policy_forward`` is TRL's own log-prob pass; ``finish`` applies vLLM importance-sampling correction, TRL's
+reference KL (k3, exactly once), batch compaction's row scale, TRL's normaliser for ``loss_type`` (train mode,
+gradient accumulation included) and the static entropy bonus, and logs TRL's ``entropy`` / ``kl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
+SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
+ROW_NORMALISED = frozenset({"grpo", "dr_grpo"})  # compaction's winnow_loss_scale applies to these
+# TRL features whose interaction with a replaced surrogate is undefined; rejected at config time.
+UNSUPPORTED = {
+    "top_entropy_quantile": (1.0, "Beyond-80/20 token masking is a separate baseline"),
+    "off_policy_mask_threshold": (None, "off-policy sequence masking"),
+    "importance_sampling_level": ("token", "sequence-level importance ratios"),
+    "use_adaptive_entropy": (False, "the adaptive entropy controller"),
+    "delta": (None, "two-sided (dual) clipping"),
+}
+
+
+@dataclass
+class PolicyPass:
+    """One micro-batch through the policy: per-token log-probs (with grad), entropies, loss mask, per-token
+    advantages, old log-probs (TRL's, or the detached current ones on-policy)."""
+
+    logp: torch.Tensor
+    entropies: torch.Tensor
+    mask: torch.Tensor
+    A: torch.Tensor
+    old: torch.Tensor
+
+
+def policy_forward(trainer: Any, model: Any, inputs: dict[str, Any]) -> PolicyPass:
+    """TRL's forward for one micro-batch (same helper, same alignment as TRL's own loss)."""
+    prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+    mask = inputs["completion_mask"]
+    if "tool_mask" in inputs:
+        mask = mask * inputs["tool_mask"]
+    logp, entropies, _ = trainer._get_per_token_logps_and_entropies(
+        model,
+        torch.cat([prompt_ids, completion_ids], dim=1),
+        torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+        completion_ids.size(1),
+        compute_entropy=True,
+    )
+    A = inputs["advantages"]
+    A = (A.unsqueeze(1) if A.dim() == 1 else A).expand_as(logp)
+    old = inputs.get("old_per_token_logps")
+    return PolicyPass(logp, entropies, mask, A, logp.detach() if old is None else old)
+
+
+def ppo_token_loss(p: PolicyPass, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    """PPO's clipped surrogate per token, ``-min(r A, clip(r) A)``, as TRL writes it."""
+    r = torch.exp(p.logp - p.old)
+    return -torch.min(r * A, torch.clamp(r, 1 - eps_low, 1 + eps_high) * A)
+
+
+def normalise(trainer: Any, per_token_loss: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+    """TRL's aggregation of a per-token loss for ``loss_type`` (train mode), including gradient accumulation."""
+    args, loss_type = trainer.args, trainer.loss_type
+    accum = trainer.current_gradient_accumulation_steps
+    if loss_type == "grpo":
+        return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
+    if loss_type == "bnpo":
+        return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / accum
+    if loss_type == "dr_grpo":
+        return (per_token_loss * mask).sum() / (per_token_loss.size(0) * trainer.max_completion_length) / accum
+    if loss_type == "dapo":
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
+        normalizer = normalizer * accum / args.steps_per_generation
+        return (per_token_loss * mask).sum() / normalizer
+    raise ValueError(f"loss_variant {args.loss_variant!r} supports loss_type {SUPPORTED_LOSS_TYPES}, not {loss_type!r}")
+
+
+def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+    """The micro-batch loss from a per-token policy loss, with TRL's corrections, KL, normaliser and bonus."""
+    args = trainer.args
+    if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
+        per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+    if trainer.beta != 0.0:
+        ref = inputs["ref_per_token_logps"]
+        per_token_kl = torch.exp(ref - p.logp) - (ref - p.logp) - 1  # TRL's k3 estimator, added once
+        per_token_loss = per_token_loss + trainer.beta * per_token_kl
+        trainer._metrics["train"]["kl"].append(global_mean(trainer, per_token_kl, p.mask))
+    scale = inputs.get("winnow_loss_scale")
+    if scale is not None and trainer.loss_type in ROW_NORMALISED:
+        per_token_loss = per_token_loss * scale  # dropped rollouts out of the row count (see compaction.py)
+    loss = normalise(trainer, per_token_loss, p.mask, inputs)
+    entropy_coef = getattr(trainer, "entropy_coef", args.entropy_coef)
+    if entropy_coef:
+        bonus = (p.entropies * p.mask).sum() / p.mask.sum().clamp(min=1.0) / trainer.current_gradient_accumulation_steps
+        loss = loss - entropy_coef * bonus
+    trainer._metrics["train"]["entropy"].append(global_mean(trainer, p.entropies, p.mask))
+    return loss
+
+
+def global_mean(trainer: Any, x: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of ``x`` over the valid tokens of every process (one all-reduce)."""
+    totals = trainer.accelerator.reduce(torch.stack([(x.detach() * mask).sum(), mask.sum().float()]), reduction="sum")
+    return float(totals[0] / totals[1].clamp(min=1.0))
