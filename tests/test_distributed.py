@@ -21,7 +21,7 @@ SCRIPT = ROOT / "tests" / "distributed" / "scenarios.py"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step",
                  "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked",
-                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling"]
+                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling", "uecr"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -104,6 +104,8 @@ def test_two_processes_match_one(results, name):
         assert ref and len(ref) == len(r0) == len(r1)
         # TRL pools entropies over processes: the ranks' kept tokens add up to what one process keeps
         assert [a + b for a, b in zip(r0, r1)] == ref
+    if name == "uecr":
+        _check_teacher(out, partitioned=False)
     if name == "dynamic_sampling":
         gen = [h["dynamic_sampling/gen_batches"] for h in out["ref"]["log_history"] if "dynamic_sampling/gen_batches" in h]
         assert max(gen) >= 2, "no refill happened: the scenario tests nothing"
@@ -143,6 +145,26 @@ def test_zero3_two_processes(results):
     out = _check_against_reference(results, "world2-zero3", "filter_dapo")
     for rank in out["ranks"]:
         assert rank["partitioned"] and all(rank["partitioned"]), "policy parameters must be ZeRO-3 partitioned"
+
+
+def _check_teacher(out: dict, partitioned: bool) -> None:
+    """The teacher scored on every rank with the same number of forwards although the ranks' completions differ in
+    length, and its scores on a fixed batch equal those of the unpartitioned copy of the 1-process run."""
+    ref, ranks = out["ref"], out["ranks"]
+    calls = [r["teacher_calls"] for r in ranks]
+    assert len(calls[0]) == len(calls[1]) > 0
+    assert calls[0] != calls[1], "the ranks' sequences had the same lengths: the check would be vacuous"
+    for rank in ranks:
+        for got, want in zip(rank["teacher_fixed_scores"], ref["teacher_fixed_scores"]):
+            assert torch.allclose(got, want, atol=1e-5)
+        assert bool(rank["teacher_partitioned"]) == partitioned and all(rank["teacher_partitioned"] or [True])
+
+
+def test_uecr_teacher_under_zero3(results):
+    """UECR-GRPO trains under ZeRO-3 with the teacher partitioned over the 2 ranks: the same decisions and parameters
+    as one process (unpartitioned teacher), the same number of teacher forwards on both ranks."""
+    out = _check_against_reference(results, "world2-zero3", "uecr")
+    _check_teacher(out, partitioned=True)
 
 
 def test_zero3_snr_collapse_and_skipped_step(results):

@@ -80,6 +80,17 @@ def keep_first_five(batch, args) -> StageResult:
 SNR_COLLAPSE = dict(rollout_filter="test_snr_recorded", snr_value=0.9, collapse_detection=True, collapse_every=1,
                     collapse_num_samples=8, reward_funcs=[reward_parity_flat_at(2)], weight_decay=0.1)
 
+# UECR-GRPO with a frozen teacher of another size (a tiny Qwen3, seed 7): under ZeRO-3 the teacher is partitioned.
+UECR = dict(loss_type="dapo", rollout_filter="none", advantage="uecr", teacher_micro_batch_size=3, beta=0.01)
+FIXED_IDS = torch.arange(1000, 1000 + 2 * 12).view(2, 12)  # a fixed batch every run scores with its teacher
+
+
+def teacher_path() -> str:
+    from trainer.assets import make_tiny_qwen3
+
+    return str(make_tiny_qwen3(seed=7, hidden_size=32, intermediate_size=64))
+
+
 # name -> (WinnowConfig overrides, optimizer steps). Global batch: 16 rollouts = 4 prompt groups of 4.
 SUITES = {
     "ddp": {
@@ -104,6 +115,7 @@ SUITES = {
                           clip_cov_ub=1e9, num_iterations=2), 2),
         "kl_cov": (dict(loss_type="dapo", loss_variant="kl_cov", kl_cov_ratio=0.05, num_iterations=2), 2),
         "beyond8020": (dict(loss_type="dapo", rollout_filter="none", top_entropy_quantile=0.2), 2),
+        "uecr": (UECR, 2),
         "dynamic_sampling": (dict(loss_type="dapo", dynamic_sampling=True, unique_prompts=True,
                                   reward_funcs=[reward_parity_constant_for_multiples_of(3)]), 2),
     },
@@ -111,6 +123,7 @@ SUITES = {
     "zero3": {
         "filter_dapo": (dict(loss_type="dapo"), 2),
         "snr_collapse_empty_step": (SNR_COLLAPSE, 3),
+        "uecr": (UECR, 2),
     },
 }
 GLOBAL_BATCH = 16
@@ -124,6 +137,8 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     overrides = dict(overrides)
     accum = overrides.pop("gradient_accumulation_steps", 1)
     unique_prompts = overrides.pop("unique_prompts", False)  # refills may repeat a text within one batch
+    if overrides.get("advantage") == "uecr":
+        overrides["teacher_model_name_or_path"] = teacher_path()
     reward_funcs = overrides.pop("reward_funcs", [reward_token_parity, reward_length])
     cpu_args = dict(use_cpu=False, ddp_backend="gloo") if deepspeed else {}
     args = WinnowConfig(
@@ -146,6 +161,13 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         train_dataset=prompt_dataset(64, unique=unique_prompts),
         rollout_func=deterministic_rollout_func,
     )
+    teacher_calls: list[int] = []  # (local completion width) per teacher forward on this rank
+    if trainer._teacher is not None:
+        from trainer.teacher import _core
+
+        core = _core(trainer._teacher)
+        core.base_model.register_forward_pre_hook(lambda mod, a, kw: teacher_calls.append(int(kw["input_ids"].shape[1])),
+                                                  with_kwargs=True)
     if args.top_entropy_quantile < 1.0:
         original = trainer.get_high_entropy_mask
 
@@ -168,6 +190,14 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         "log_history": trainer.state.log_history,
         "world": world,
     }
+    if trainer._teacher is not None:
+        from trainer.teacher import _core, score_tokens
+
+        record["teacher_calls"] = list(teacher_calls)
+        fixed = score_tokens(trainer._teacher, FIXED_IDS, torch.ones_like(FIXED_IDS), 6, with_entropy=True, accelerator=acc)
+        record["teacher_fixed_scores"] = (fixed["logps"][0], fixed["entropy"])
+        record["teacher_partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel)
+                                         for p in _core(trainer._teacher).parameters() if hasattr(p, "ds_tensor")]
     if deepspeed:
         params = list(acc.unwrap_model(trainer.model).parameters())
         record["partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel) for p in params if hasattr(p, "ds_tensor")]
