@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from trainer import stages
 from trainer.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,6 +172,117 @@ for task, (dataset, rewards) in RAGEN_TASKS.items():
 PAPER_RECIPES.update(RAGEN_RECIPES)
 
 
+# UECR-GRPO ("When and Where to Trust the Teacher", shared/papers/uecr-grpo-teacher.txt §5.1, F.4, F.6; reference
+# shared/reference/teacher-methods-and-baselines.md §1.6-1.7, §2): within a scale every row shares the data, decoding,
+# optimizer, clipping and reference-KL settings (§5.1), so each row is this setup plus exactly its method.
+UECR_SETUP = {
+    "rollouts_per_generation_batch": 126 * 8,  # global prompt batch 126, G = 8
+    "prompts_per_generation_batch": 126,
+    "num_generations": 8,
+    # [proposed] 1 PPO epoch over one mini-batch = the whole batch (the paper states no mini-batch size)
+    "optimizer_steps_per_generation": 1,
+    "rollouts_per_optimizer_step": 126 * 8,
+    "num_iterations": 1,  # 1 PPO epoch
+    "learning_rate": 1e-6,
+    "lr_scheduler_type": "constant",  # [proposed] verl's actor default (no warm-up)
+    "loss_type": "dapo",  # [proposed] token-mean (reference §1.6: the paper's actor-loss appendix is missing)
+    "epsilon": 0.2,
+    "epsilon_high": 0.2,  # symmetric clip 0.2
+    "delta": None,
+    "beta": 0.001,  # actor-loss reference KL low_var_kl (k3, TRL's estimator) 0.001; no reward KL
+    "entropy_coef": 0.0,
+    "temperature": 0.7,
+    "top_p": 0.95,
+    "top_k": 20,
+    "max_prompt_tokens": 2048,
+    "max_completion_length": 16384,
+    "enable_thinking": False,  # non-thinking mode in training and evaluation
+    "dataset_name": "deepmath_103k",
+    "use_vllm": True,
+    "reward_funcs": ["math_accuracy"],  # rule-based verifier on the extracted \boxed{} answer
+    "reward_weights": [1.0],
+    # F.4: population std + 1e-6; the teacher baselines' group-relative part uses PUU's normalisation (reference §1.6)
+    "advantage_std": "population",
+    "advantage_eps": 1e-6,
+    "rollout_filter": "none",
+    "rollout_dropout": "none",
+    "dynamic_sampling": False,
+    "top_entropy_quantile": 1.0,
+}
+# F.6 / §5.1: student, teacher, DeepMath-103K difficulty range, steps, main recipe. The paper's teachers
+# (Qwen3-4B-GRPO, Qwen3-8B-Math-GRPO) are the authors' GRPO-trained checkpoints, not public: the recipes name the
+# public base model of each as a stand-in (their headers say so), and these entries pin that stand-in.
+UECR_SCALES = {
+    "qwen3-1.7b-base": ("Qwen/Qwen3-1.7B-Base", "Qwen/Qwen3-4B", (5, 7), 515, "qwen3-1.7b-base-deepmath-teacher-qwen3-4b"),
+    "qwen3-4b": ("Qwen/Qwen3-4B", "Qwen/Qwen3-8B", (6, 8), 160, "qwen3-4b-deepmath-teacher-qwen3-8b"),
+}
+UECR_PUU = {"advantage": "puu", "loss_variant": "none", "uecr_alpha": 1.0,  # alpha 1.0 in all runs (§5.3)
+            "uecr_normalization": "joint", "uecr_eps": 1e-6}  # joint utility, population std + 1e-6 (F.4)
+UECR_FULL = {
+    **UECR_PUU,
+    "advantage": "uecr",
+    "uecr_rho": 0.5, "uecr_tau_delta": 1.0, "uecr_tau_h": 2.0,  # [proposed] reference §1.6 (no paper values, F.7)
+    # [reconstructed] the ECR form of reference §1.5
+    "uecr_direction": "tanh", "uecr_confidence": "exp", "uecr_projection_norm": "one_plus_mean",
+    "uecr_use_entropy": True, "uecr_use_projection": True, "uecr_weight_full_advantage": False, "uecr_signed_gap": True,
+}
+# Table 2's baselines (§5.1 "Baselines"; reference §2.6-2.9) and Table 3's "+ PUU" (ECR off)
+UECR_BASELINES = {
+    "grpo": {"advantage": "grpo", "loss_variant": "none"},
+    "pg_opd": {"advantage": "pg_opd", "loss_variant": "none", "opd_coef": 1.0},  # [proposed] tinker-cookbook's 1.0
+    "naive_hybrid": {"advantage": "grpo", "loss_variant": "naive_hybrid", "opd_coef": 1.0},  # [reconstructed] 1 + 1
+    "distilled_rl": {"advantage": "distilled_rl", "loss_variant": "none", "distilled_rl_kappa": 2.0},  # [proposed]
+    "atod": {"advantage": "atod", "loss_variant": "none", "atod_lambda_start": 1.0, "atod_lambda_end": 0.1,
+             "atod_anneal_steps": 0, "atod_kappa_omega": 1.0},  # [proposed]; anneal 0 = over the whole run
+    "puu": UECR_PUU,
+}
+# Table 3 and F.7 (Qwen3-1.7B-Base student only; "Task only" = the GRPO baseline), each one change to PUU or UECR
+UECR_ABLATIONS = {
+    "separate_norm": {**UECR_PUU, "uecr_normalization": "separate"},  # Table 3 "Separate norm." (ECR off)
+    "rho0": {**UECR_FULL, "uecr_rho": 0.0},  # F.7 (1): recovers PUU
+    "no_entropy": {**UECR_FULL, "uecr_use_entropy": False},  # F.7 (2): c = 1, projection kept
+    "no_projection": {**UECR_FULL, "uecr_use_projection": False},  # F.7 (3): mu^c = 0
+    "weight_full": {**UECR_FULL, "uecr_weight_full_advantage": True},  # F.7 (4): w on the full A_U
+    "alpha0": {**UECR_FULL, "uecr_alpha": 0.0},  # F.7 (5): alpha = 0 with ECR
+    "no_signed_gap": {**UECR_FULL, "uecr_signed_gap": False},  # F.7 (6): no signed gap
+}
+UECR_RECIPES = {}
+for pair, (student, teacher, (lo, hi), steps, main) in UECR_SCALES.items():
+    scale = {**UECR_SETUP, "max_steps": steps, "dataset_kwargs": {"min_difficulty": lo, "max_difficulty": hi}}
+    scored = {**scale, "teacher_model_name_or_path": teacher}  # the same frozen scorer for every teacher row
+    UECR_RECIPES[f"configs/uecr/{main}.yaml"] = ({**scored, **UECR_FULL}, student)
+    for name, method in UECR_BASELINES.items():
+        setup = {**scale, "teacher_model_name_or_path": None} if name == "grpo" else scored  # GRPO loads no teacher
+        UECR_RECIPES[f"configs/uecr/baselines/{pair}-{name}.yaml"] = ({**setup, **method}, student)
+    if pair == "qwen3-1.7b-base":
+        for name, method in UECR_ABLATIONS.items():
+            UECR_RECIPES[f"configs/uecr/ablations/{pair}-{name}.yaml"] = ({**scored, **method}, student)
+PAPER_RECIPES.update(UECR_RECIPES)
+
+# The UECR stages are being written (issue "UECR-GRPO"). Until a recipe's stage is registered its configs/uecr
+# recipe cannot pass config validation, so the tests that parse it skip -- automatically un-skipped once it lands.
+UECR_STAGES = {"advantage": {"puu", "uecr", "pg_opd", "distilled_rl", "atod"}, "loss_variant": {"naive_hybrid"}}
+UECR_FIELDS = ("teacher_model_name_or_path", "uecr_alpha", "uecr_rho", "uecr_tau_delta", "uecr_tau_h", "uecr_eps",
+               "uecr_normalization", "uecr_use_entropy", "uecr_use_projection", "uecr_weight_full_advantage",
+               "uecr_signed_gap", "uecr_direction", "uecr_confidence", "uecr_projection_norm", "opd_coef",
+               "distilled_rl_kappa", "atod_lambda_start", "atod_lambda_end", "atod_anneal_steps", "atod_kappa_omega")
+
+
+def pending_uecr_stages(path: Path) -> list[str]:
+    """The UECR stages a configs/uecr recipe selects that are not registered yet (elsewhere: none, so an
+    unregistered stage in any other recipe, or a misspelt one anywhere, still fails)."""
+    if not path.is_relative_to(ROOT / "configs" / "uecr"):
+        return []
+    data = yaml.safe_load(path.read_text()) or {}
+    return [f"{kind}: {data[kind]}" for kind, coming in UECR_STAGES.items()
+            if data.get(kind) in coming and data[kind] not in stages.available(kind)]
+
+
+def uecr_pending(path: Path) -> list:
+    missing = pending_uecr_stages(path)
+    return [pytest.mark.skipif(bool(missing), reason=f"stage not registered yet: {', '.join(missing)}")]
+
+
 def parse_here(path: Path, *extra: str):
     """Parse a recipe on this CPU machine: GPU recipes say bf16, which TrainingArguments rejects without a
     GPU, so precision is overridden (it is not among the values a paper row checks)."""
@@ -179,9 +292,9 @@ def parse_here(path: Path, *extra: str):
     return parse_recipe(["--config", str(path), *cpu, *extra])
 
 
-def resolved(path: Path) -> dict:
+def resolved(path: Path, *extra: str) -> dict:
     """The values a paper states, computed from the parsed recipe (defaults included)."""
-    task, args, model = parse_here(path)
+    task, args, model = parse_here(path, *extra)
     procs = task.launch_processes or 1
     per_micro_step = args.per_device_train_batch_size * procs
     rollouts_per_generation = per_micro_step * args.steps_per_generation
@@ -226,6 +339,8 @@ def resolved(path: Path) -> dict:
         "reward_weights": list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(task.reward_funcs),
         "overlong_buffer_len": task.overlong_buffer_len,
         "overlong_penalty_factor": task.overlong_penalty_factor,
+        "dataset_kwargs": task.dataset_kwargs,
+        **{k: getattr(args, k) for k in UECR_FIELDS},
         **{k: getattr(args, k) for k in ("loss_variant", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub",
                                           "kl_cov_ratio", "kl_cov_coef", "top_entropy_quantile", "delta",
                                           "dynamic_sampling", "dynamic_sampling_metric", "max_num_gen_batches")},
@@ -242,13 +357,15 @@ def test_there_are_recipes():
     assert not missing, f"paper rows without a recipe: {sorted(missing)}"
 
 
-@pytest.mark.parametrize("path", RECIPES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=str(p.relative_to(ROOT)), marks=uecr_pending(p)) for p in RECIPES]
+)
 def test_every_recipe_parses(path):
     task, args, model = parse_here(path)
     assert args.output_dir and model.model_name_or_path
 
 
-@pytest.mark.parametrize("rel", sorted(PAPER_RECIPES))
+@pytest.mark.parametrize("rel", [pytest.param(rel, id=rel, marks=uecr_pending(ROOT / rel)) for rel in sorted(PAPER_RECIPES)])
 def test_paper_recipe_matches_paper(rel):
     expected, model = PAPER_RECIPES[rel]
     got = resolved(ROOT / rel)
@@ -256,6 +373,46 @@ def test_paper_recipe_matches_paper(rel):
     mismatches = {k: (got[k], v) for k, v in expected.items() if got[k] != pytest.approx(v)}
     assert not mismatches, f"{rel} drifted from the paper (got, paper): {mismatches}"
     assert got["warmup_steps"] == 0  # constant schedule without warm-up
+
+
+UECR_YAMLS = sorted((ROOT / "configs" / "uecr").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", UECR_YAMLS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_uecr_recipe_keys_are_fields(path):
+    """Always on (the parse tests skip a UECR recipe until its stage lands): every key is a field of the three
+    recipe dataclasses, and every stage selector names a registered stage or a UECR stage being written."""
+    import dataclasses
+
+    from trl import ModelConfig
+
+    from trainer.config import WinnowConfig
+    from trainer.recipe import TaskArguments
+
+    fields = {f.name for cls in (TaskArguments, WinnowConfig, ModelConfig) for f in dataclasses.fields(cls)}
+    data = yaml.safe_load(path.read_text())
+    assert isinstance(data, dict) and data
+    assert not set(data) - fields, f"not recipe fields: {sorted(set(data) - fields)}"
+    for kind in stages.STAGE_KINDS:
+        if kind in data:
+            assert data[kind] in set(stages.available(kind)) | UECR_STAGES.get(kind, set()), f"{kind}: {data[kind]}"
+
+
+@pytest.mark.parametrize("rel", sorted(UECR_RECIPES))
+def test_uecr_recipe_matches_paper_through_the_parser(rel):
+    """Always on: the recipe parsed with its stage selectors swapped for registered ones (grpo / none) resolves to
+    every other value of its row -- so the settings are checked by the real parser and validation today; the
+    selectors themselves are compared on the YAML (test_paper_recipe_matches_paper redoes it all once they land)."""
+    expected, model = UECR_RECIPES[rel]
+    data = yaml.safe_load((ROOT / rel).read_text())
+    assert data.get("advantage", "grpo") == expected["advantage"]
+    assert data.get("loss_variant", "none") == expected["loss_variant"]
+    got = resolved(ROOT / rel, "--advantage", "grpo", "--loss_variant", "none")
+    assert got["model"] == model
+    mismatches = {k: (got[k], v) for k, v in expected.items()
+                  if k not in ("advantage", "loss_variant") and got[k] != pytest.approx(v)}
+    assert not mismatches, f"{rel} drifted from the paper (got, paper): {mismatches}"
+    assert got["warmup_steps"] == 0
 
 
 def test_readme_names_every_recipe():
