@@ -23,6 +23,7 @@ SUITE = {  # name -> extra arguments
     "compaction_speed": ["--reps", "3"],
     "grpodropout_overhead": ["--steps", "10"],
     "snr_overhead": ["--steps", "12"],
+    "teacher_scoring_memory": [],
 }
 
 
@@ -70,6 +71,12 @@ def table(results: dict, stamp: str) -> str:
                          f"{min(secs):.1f}–{max(secs):.1f} s = {min(x['steps_equivalent'] for x in checks):.1f}–"
                          f"{max(x['steps_equivalent'] for x in checks):.1f} steps", "a few steps"))
         rows.append(("process peak RSS during the SNR + collapse run", f"{n['process_peak_rss_mb']:.0f} MB", "—"))
+    t = results.get("teacher_scoring_memory")
+    if t:
+        for r in t["rows"]:
+            naive = f"{r['naive_mb']:.0f} MB" + (" extrapolated" if r["naive_extrapolated"] else "")
+            rows.append((f"teacher scoring peak memory at {r['length']} tokens, V = {t['vocab']}: chunked (naive)",
+                         f"{r['chunked']['peak_mb']:.0f} MB ({naive})", "flat in length"))
     lines = [f"Measured {stamp} on {machine()} (tiny Qwen3; `make bench`).", "",
              "| measurement | result | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {t} |" for a, b, t in rows]
