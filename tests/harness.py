@@ -187,6 +187,23 @@ def trl_trainer(model: str, output_dir: str, **overrides: Any):
                        train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
 
 
+def spy_batches(trainer: Any, outputs: list | None = None) -> list:
+    """Record every ``RolloutBatch`` the trainer builds (and, into ``outputs``, TRL's batch dict it was built from):
+    the global batch the stage pipeline saw, for tests that recompute the decision from it."""
+    seen: list = []
+    original = trainer._build_rollout_batch
+
+    def spy(output, *rest):
+        batch = original(output, *rest)
+        seen.append(batch)
+        if outputs is not None:
+            outputs.append(output)
+        return batch
+
+    trainer._build_rollout_batch = spy
+    return seen
+
+
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     """Largest elementwise difference between two parameter-name -> tensor maps with the same keys."""
     assert a.keys() == b.keys()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_token_parity
+from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_token_parity, spy_batches
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
 from trainer.algorithms.dapo import mixed_groups
@@ -44,19 +44,6 @@ def build(tiny_model, tmp_path, reward, **overrides):
     )
     return WinnowGRPOTrainer(model=tiny_model, reward_funcs=[reward], args=args, train_dataset=prompt_dataset(48),
                              rollout_func=deterministic_rollout_func)
-
-
-def spy_batches(trainer) -> list:
-    seen = []
-    original = trainer._build_rollout_batch
-
-    def spy(output, keep=None):
-        batch = original(output, keep)
-        seen.append(batch)
-        return batch
-
-    trainer._build_rollout_batch = spy
-    return seen
 
 
 def logged(trainer, key):

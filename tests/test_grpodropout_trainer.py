@@ -15,6 +15,7 @@ from harness import (
     prompt_dataset,
     reward_length,
     reward_token_parity,
+    spy_batches,
     trl_trainer,
 )
 
@@ -54,17 +55,9 @@ def test_advantages_are_the_recentered_selection(tiny_model, tmp_path):
     """Recompute the decision from the batch the trainer saw (rewards, old-policy log-probs) with the pure
     functions: the trainer's advantages are those numbers, and the weighted mean over each kept set is 0."""
     tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout")
-    seen = {}
-    original = tr._build_rollout_batch
-
-    def spy(output, *rest):
-        batch = original(output, *rest)
-        seen["batch"] = batch
-        return batch
-
-    tr._build_rollout_batch = spy
+    seen = spy_batches(tr)
     inputs, _, _ = one_step_loss_and_grads(tr)
-    batch = seen["batch"]
+    batch = seen[-1]
     A, _ = grpo_advantages(batch.R, batch.G)
     s = sequence_surprisal(batch.old_logps, batch.mask).view(-1, batch.G)
     keep = select_rollouts(A.view(-1, batch.G), s, delete="positive")

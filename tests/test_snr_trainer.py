@@ -19,6 +19,7 @@ from harness import (
     reward_length,
     reward_parity_flat_at,
     reward_token_parity,
+    spy_batches,
     trl_trainer,
 )
 from transformers import TrainerCallback
@@ -34,19 +35,6 @@ def build(cls, cfg_cls, tiny_model, tmp_path, reward_funcs=None, **overrides):
     args = cfg_cls(output_dir=str(tmp_path / cls.__name__), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, **overrides})
     return cls(model=tiny_model, reward_funcs=reward_funcs or [reward_token_parity, reward_length], args=args,
                train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
-
-
-def spy_batches(trainer) -> list:
-    seen = []
-    original = trainer._build_rollout_batch
-
-    def spy(output, *rest):
-        batch = original(output, *rest)
-        seen.append(batch)
-        return batch
-
-    trainer._build_rollout_batch = spy
-    return seen
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo"])

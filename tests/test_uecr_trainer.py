@@ -18,6 +18,7 @@ from harness import (
     prompt_dataset,
     reward_length,
     reward_token_parity,
+    spy_batches,
 )
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
@@ -42,19 +43,6 @@ def build(tiny_model, tmp_path, teacher=None, **overrides):
                              train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
 
 
-def spy_batches(trainer) -> list:
-    seen = []
-    original = trainer._build_rollout_batch
-
-    def spy(output, keep=None):
-        batch = original(output, keep)
-        seen.append((output, batch))
-        return batch
-
-    trainer._build_rollout_batch = spy
-    return seen
-
-
 def test_no_teacher_stage_loads_no_teacher(tiny_model, tmp_path):
     tr = build(tiny_model, tmp_path, teacher="/nonexistent/teacher", max_steps=1)  # would fail if it were loaded
     assert tr._teacher is None
@@ -74,9 +62,10 @@ def test_teacher_is_frozen_and_scores_align_with_the_sampled_ids(tiny_model, tmp
     tr = build(tiny_model, tmp_path, teacher=teacher_path, advantage="uecr")
     teacher = tr._teacher
     assert not teacher.training and not any(p.requires_grad for p in teacher.parameters())
-    seen = spy_batches(tr)
+    outputs: list = []
+    seen = spy_batches(tr, outputs)
     one_step_loss_and_grads(tr)
-    output, batch = seen[0]
+    output, batch = outputs[0], seen[0]
     ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
     attn = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
     T = output["completion_ids"].shape[1]
