@@ -9,9 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from trainer import stages
 from trainer.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,28 +257,10 @@ for pair, (student, teacher, (lo, hi), steps, main) in UECR_SCALES.items():
             UECR_RECIPES[f"configs/uecr/ablations/{pair}-{name}.yaml"] = ({**scored, **method}, student)
 PAPER_RECIPES.update(UECR_RECIPES)
 
-# The UECR stages are being written (issue "UECR-GRPO"). Until a recipe's stage is registered its configs/uecr
-# recipe cannot pass config validation, so the tests that parse it skip -- automatically un-skipped once it lands.
-UECR_STAGES = {"advantage": {"puu", "uecr", "pg_opd", "distilled_rl", "atod"}, "loss_variant": {"naive_hybrid"}}
 UECR_FIELDS = ("teacher_model_name_or_path", "uecr_alpha", "uecr_rho", "uecr_tau_delta", "uecr_tau_h", "uecr_eps",
                "uecr_normalization", "uecr_use_entropy", "uecr_use_projection", "uecr_weight_full_advantage",
                "uecr_signed_gap", "uecr_direction", "uecr_confidence", "uecr_projection_norm", "opd_coef",
                "distilled_rl_kappa", "atod_lambda_start", "atod_lambda_end", "atod_anneal_steps", "atod_kappa_omega")
-
-
-def pending_uecr_stages(path: Path) -> list[str]:
-    """The UECR stages a configs/uecr recipe selects that are not registered yet (elsewhere: none, so an
-    unregistered stage in any other recipe, or a misspelt one anywhere, still fails)."""
-    if not path.is_relative_to(ROOT / "configs" / "uecr"):
-        return []
-    data = yaml.safe_load(path.read_text()) or {}
-    return [f"{kind}: {data[kind]}" for kind, coming in UECR_STAGES.items()
-            if data.get(kind) in coming and data[kind] not in stages.available(kind)]
-
-
-def uecr_pending(path: Path) -> list:
-    missing = pending_uecr_stages(path)
-    return [pytest.mark.skipif(bool(missing), reason=f"stage not registered yet: {', '.join(missing)}")]
 
 
 def parse_here(path: Path, *extra: str):
@@ -358,14 +338,14 @@ def test_there_are_recipes():
 
 
 @pytest.mark.parametrize(
-    "path", [pytest.param(p, id=str(p.relative_to(ROOT)), marks=uecr_pending(p)) for p in RECIPES]
+    "path", RECIPES, ids=lambda p: str(p.relative_to(ROOT))
 )
 def test_every_recipe_parses(path):
     task, args, model = parse_here(path)
     assert args.output_dir and model.model_name_or_path
 
 
-@pytest.mark.parametrize("rel", [pytest.param(rel, id=rel, marks=uecr_pending(ROOT / rel)) for rel in sorted(PAPER_RECIPES)])
+@pytest.mark.parametrize("rel", sorted(PAPER_RECIPES))
 def test_paper_recipe_matches_paper(rel):
     expected, model = PAPER_RECIPES[rel]
     got = resolved(ROOT / rel)
@@ -373,46 +353,6 @@ def test_paper_recipe_matches_paper(rel):
     mismatches = {k: (got[k], v) for k, v in expected.items() if got[k] != pytest.approx(v)}
     assert not mismatches, f"{rel} drifted from the paper (got, paper): {mismatches}"
     assert got["warmup_steps"] == 0  # constant schedule without warm-up
-
-
-UECR_YAMLS = sorted((ROOT / "configs" / "uecr").rglob("*.yaml"))
-
-
-@pytest.mark.parametrize("path", UECR_YAMLS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_uecr_recipe_keys_are_fields(path):
-    """Always on (the parse tests skip a UECR recipe until its stage lands): every key is a field of the three
-    recipe dataclasses, and every stage selector names a registered stage or a UECR stage being written."""
-    import dataclasses
-
-    from trl import ModelConfig
-
-    from trainer.config import WinnowConfig
-    from trainer.recipe import TaskArguments
-
-    fields = {f.name for cls in (TaskArguments, WinnowConfig, ModelConfig) for f in dataclasses.fields(cls)}
-    data = yaml.safe_load(path.read_text())
-    assert isinstance(data, dict) and data
-    assert not set(data) - fields, f"not recipe fields: {sorted(set(data) - fields)}"
-    for kind in stages.STAGE_KINDS:
-        if kind in data:
-            assert data[kind] in set(stages.available(kind)) | UECR_STAGES.get(kind, set()), f"{kind}: {data[kind]}"
-
-
-@pytest.mark.parametrize("rel", sorted(UECR_RECIPES))
-def test_uecr_recipe_matches_paper_through_the_parser(rel):
-    """Always on: the recipe parsed with its stage selectors swapped for registered ones (grpo / none) resolves to
-    every other value of its row -- so the settings are checked by the real parser and validation today; the
-    selectors themselves are compared on the YAML (test_paper_recipe_matches_paper redoes it all once they land)."""
-    expected, model = UECR_RECIPES[rel]
-    data = yaml.safe_load((ROOT / rel).read_text())
-    assert data.get("advantage", "grpo") == expected["advantage"]
-    assert data.get("loss_variant", "none") == expected["loss_variant"]
-    got = resolved(ROOT / rel, "--advantage", "grpo", "--loss_variant", "none")
-    assert got["model"] == model
-    mismatches = {k: (got[k], v) for k, v in expected.items()
-                  if k not in ("advantage", "loss_variant") and got[k] != pytest.approx(v)}
-    assert not mismatches, f"{rel} drifted from the paper (got, paper): {mismatches}"
-    assert got["warmup_steps"] == 0
 
 
 def test_readme_names_every_recipe():
