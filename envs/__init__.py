@@ -1,8 +1,14 @@
-"""Text environments for multi-turn agents (Sokoban, FrozenLake, ...), looked up by name.
+"""Text environments for multi-turn agents (Sokoban, FrozenLake), looked up by name.
 
-An environment class is registered with :func:`register_env` and built by recipes through :func:`make_env`.
+An environment implements :class:`~envs.base.TextEnv` and is registered with :func:`register_env`; recipes
+select it with ``dataset_name: sokoban | frozenlake`` and the multi-turn rollout (trainer/rollout.py) builds it
+through :func:`make_env`. Answers are parsed by envs/parsing.py; an episode's turns, penalties and return are
+kept by envs/episode.py; levels travel in dataset rows as envs/levels.py describes.
 """
 
 from .registry import available, make_env, register_env
+
+# Importing the modules registers the environments.
+from . import frozenlake, sokoban  # noqa: E402,F401
 
 __all__ = ["available", "make_env", "register_env"]
