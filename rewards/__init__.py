@@ -11,5 +11,6 @@ from . import math as math_rewards  # noqa: E402,F401  (imported for its registr
 from . import countdown as countdown_rewards  # noqa: E402,F401  ("countdown")
 from . import format as format_rewards  # noqa: E402,F401  ("answer_format_penalty")
 from . import overlong as overlong_rewards  # noqa: E402,F401  ("overlong_penalty")
+from . import env as env_rewards  # noqa: E402,F401  ("env_return", "env_success")
 
 __all__ = ["available", "get_reward", "register_reward"]

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from .config import ConfigError, WinnowConfig
+from .config_env import EnvTaskFields
 
 logger = logging.getLogger(__name__)
 
@@ -27,12 +28,14 @@ OFFLINE_MODELS = {"offline:smollm2": "make_smollm2", "offline:tiny-qwen3": "make
 
 
 @dataclass
-class TaskArguments:
-    """What to train on: dataset, reward functions, prompt handling, and the launch the recipe is sized for."""
+class TaskArguments(EnvTaskFields):
+    """What to train on: dataset, reward functions, prompt handling, and the launch the recipe is sized for
+    (plus, for the environment tasks sokoban / frozenlake, the episode settings of trainer/config_env.py)."""
 
     dataset_name: str = field(
         default="arithmetic",
-        metadata={"help": "Registered task dataset (trainer.data): arithmetic, dapo_math_17k, deepmath_103k, champ, json."},
+        metadata={"help": "Registered task dataset (trainer.data): arithmetic, dapo_math_17k, deepmath_103k, metamathqa, "
+                  "countdown, champ, json, or an environment played turn by turn: sokoban, frozenlake."},
     )
     dataset_kwargs: dict | str | None = field(
         default=None,
@@ -80,6 +83,18 @@ class TaskArguments:
             raise ConfigError("reward_funcs", "no reward function given", "name at least one, e.g. [math_accuracy]")
         if self.reward_timeout <= 0:
             raise ConfigError("reward_timeout", f"must be > 0 (got {self.reward_timeout})", "use e.g. 2.0")
+        self.validate_env_fields()
+        env_rewards = sorted({"env_return", "env_success"} & set(self.reward_funcs))
+        if env_rewards and not self.is_env_task:
+            raise ConfigError("reward_funcs", f"{env_rewards} need an environment task, not {self.dataset_name!r}",
+                              "set dataset_name: sokoban | frozenlake, or use a reward of the dataset's task")
+
+    @property
+    def is_env_task(self) -> bool:
+        """Whether the dataset is an environment played through the multi-turn rollout."""
+        from .data.envs import ENV_TASKS
+
+        return self.dataset_name in ENV_TASKS
 
 
 def recipe_parser() -> TrlParser:
@@ -137,7 +152,7 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
         args.teacher_model_name_or_path = resolve_model_path(args.teacher_model_name_or_path)
     dataset = load_task_dataset(task.dataset_name, **(task.dataset_kwargs or {}))
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
-    if task.max_prompt_tokens is not None:
+    if task.max_prompt_tokens is not None and not task.is_env_task:  # env prompts are placeholders (envs/levels.py)
         dataset = filter_long_prompts(dataset, tokenizer, task.max_prompt_tokens, args.chat_template_kwargs or {})
     reward_options = dict(
         timeout=task.reward_timeout,
@@ -146,6 +161,11 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
         overlong_penalty_factor=task.overlong_penalty_factor,
     )
     reward_funcs = [rewards.get_reward(name, **reward_options) for name in task.reward_funcs]
+    env_kwargs = {}
+    if task.is_env_task:
+        env_kwargs = dict(rollout_func=build_env_rollout(task, args, tokenizer))
+        if args.eval_strategy != "no":
+            env_kwargs["eval_dataset"] = load_task_dataset(task.dataset_name, split="validation", num_levels=task.env_eval_levels)
     init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype is not None:
         init_kwargs.setdefault("dtype", model_args.dtype)
@@ -160,9 +180,25 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsFileCallback(args.output_dir, plot=task.plot)],
+        **env_kwargs,
     )
     check_launch(task, trainer.accelerator.num_processes)
     return trainer
+
+
+def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
+    """The multi-turn rollout of an environment task, with the model's training chat template."""
+    from envs.episode import EpisodeSettings
+
+    from .rollout import ChatTokens, MultiTurnRollout, training_chat_template
+
+    settings = EpisodeSettings(
+        max_turns=task.max_turns, max_actions_per_turn=task.max_actions_per_turn,
+        max_actions_per_episode=task.max_actions_per_episode, format_penalty=task.format_penalty,
+        require_think=task.require_think, max_tokens_hint=task.turn_max_tokens_hint,
+    )
+    chat = ChatTokens(tokenizer, training_chat_template(tokenizer), args.chat_template_kwargs)
+    return MultiTurnRollout(task.dataset_name, task.env_kwargs, settings, task.turn_max_tokens, task.env_eval_temperature, chat)
 
 
 def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_kwargs: dict) -> Any:

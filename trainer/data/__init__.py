@@ -41,7 +41,7 @@ from typing import Any
 
 import datasets
 
-from . import arithmetic, countdown, local, math_hub, metamath  # noqa: F401  (importing registers the loaders)
+from . import arithmetic, countdown, envs, local, math_hub, metamath  # noqa: F401  (importing registers the loaders)
 from .common import OUTPUT_COLUMNS, DatasetUnavailableError, _REGISTRY, register_task_dataset
 from .math_hub import DAPO_TEMPLATE, strip_dapo_instruction
 
