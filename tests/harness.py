@@ -126,6 +126,41 @@ def deterministic_rollout_func(prompts: list[Any], trainer: Any) -> dict[str, li
     return out
 
 
+class DigestPolicy:
+    """A multi-turn generation backend (trainer/rollout.py's interface) whose answer depends only on the context
+    and how often that context occurred before in the same call -- so 1 and 2 processes play the same episodes
+    (groups are never split over ranks). Answers mix moves, a format failure and an unknown action, so returns
+    differ within a group."""
+
+    ANSWERS = (
+        "<think>\nplan\n</think>\n\n<answer>Left || Up</answer>",
+        "<think>\nplan\n</think>\n\n<answer>Right</answer>",
+        "<think>\nplan\n</think>\n\n<answer>Down || Down</answer>",
+        "no idea",
+        "<think>\nplan\n</think>\n\n<answer>Jump</answer>",
+    )
+
+    def __init__(self, tokenizer: Any):
+        self.answers = [tokenizer(a + "<|im_end|>", add_special_tokens=False)["input_ids"] for a in self.ANSWERS]
+
+    def session(self):
+        from contextlib import nullcontext
+
+        return nullcontext(self)
+
+    def generate(self, contexts, max_new_tokens, temperature, stop_ids):
+        from trainer.rollout import Sample
+
+        seen: dict[tuple, int] = {}
+        out = []
+        for context in contexts:
+            key = tuple(context)
+            j = seen.get(key, 0)
+            seen[key] = j + 1
+            out.append(Sample(list(self.answers[_digest(key, j) % len(self.answers)][:max_new_tokens])))
+        return out
+
+
 def write_rows(rows: list[dict], path: Any) -> str:
     """Write ``rows`` as parquet or JSON lines (by suffix): local copies of hub datasets for loader tests."""
     import json

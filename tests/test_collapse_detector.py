@@ -118,3 +118,14 @@ def test_think_mode_through_trainer_and_token_cap(tiny_model, tmp_path):
     assert m["collapse/valid_thinking_rate"] == pytest.approx(0.75)
     assert m["collapse/tokens_scored"] <= 400
     assert 1 <= m["collapse/num_samples"] < 6, "the token cap must have cut the sample"
+
+
+def test_multi_turn_pairs_give_every_turn_its_whole_context():
+    """collapse_turns: all -- each run of model tokens is a turn; its context is the prompt + everything before it."""
+    from trainer.collapse import _turns
+
+    prompt, ids = [1, 2], [10, 11, 50, 51, 12, 13, 0, 0]
+    mask = [1, 1, 0, 0, 1, 1, 0, 0]  # turn, environment reply, turn, padding
+    assert _turns(prompt, ids, mask) == [([1, 2], [10, 11]), ([1, 2, 10, 11, 50, 51], [12, 13])]
+    assert _turns(prompt, [5], [1]) == [([1, 2], [5])]
+    assert _turns(prompt, [5, 6], [0, 0]) == []

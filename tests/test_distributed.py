@@ -21,7 +21,7 @@ SCRIPT = ROOT / "tests" / "distributed" / "scenarios.py"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step",
                  "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked",
-                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling", "uecr"]
+                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling", "uecr", "env_rollout"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -109,6 +109,10 @@ def test_two_processes_match_one(results, name):
     if name == "dynamic_sampling":
         gen = [h["dynamic_sampling/gen_batches"] for h in out["ref"]["log_history"] if "dynamic_sampling/gen_batches" in h]
         assert max(gen) >= 2, "no refill happened: the scenario tests nothing"
+    if name == "env_rollout":  # real Sokoban episodes: moves were made, returns differ, the filter chose
+        logged = [h for h in out["ref"]["log_history"] if "env/actions" in h]
+        assert logged and all(h["env/actions"] > 0 and h["reward_std"] > 0 for h in logged)
+        assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])
     if name.startswith("filter"):
         # the filter really removed something on some step, so the decisions above were not trivial
         assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])

@@ -18,9 +18,11 @@ reference, whatever the model emitted before its opening tag. When a batch has n
 (non-thinking mode, models without think tokens) Z is the model's first turn -- for single-turn tasks the
 whole completion -- and ``collapse/z_is_whole_completion`` = 1 says so.
 
-Multi-turn (designed here, filled by the environments' rollout): a trace is any (context, reasoning) pair;
-a turn-t trace's context is everything before its reasoning (system, observations, earlier actions). Feed
-them through :meth:`CollapseDetector.check` as :class:`Trace` objects; columns are the distinct contexts.
+Multi-turn episodes (trainer/rollout.py; the model's turns are the runs of ``tool_mask`` = 1): with
+``collapse_turns: first`` only each episode's first turn is a trace (X = the level's prompt). With ``all``
+every turn is a trace whose context is everything before it (system, observations, earlier turns, the
+environment's replies); such contexts are unique to their episode, so -- as RAGEN's multi-turn mode does --
+``collapse_num_samples`` traces are drawn first and each is scored under the contexts of the drawn ones.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ class CollapseDetector:
         self.max_tokens = args.collapse_max_tokens
         self.micro_batch_size = args.collapse_micro_batch_size
         self.seed = args.seed
+        self.all_turns = getattr(args, "collapse_turns", "first") == "all"
         self.pad_id = tokenizer.pad_token_id
         self.think_open = _single_token_id(tokenizer, "<think>")
         self.think_close = _single_token_id(tokenizer, "</think>")
@@ -134,7 +137,11 @@ class CollapseDetector:
         completion_ids = gather(output["completion_ids"], self.pad_id)
         completion_mask = gather(model_tokens.long(), 0)
         prompts = [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(prompt_ids, prompt_mask)]
-        completions = [_first_run(ids, mask) for ids, mask in zip(completion_ids, completion_mask)]
+        if self.all_turns:  # one (context, turn) pair per model turn; the context ends where the turn starts
+            pairs = [pair for p, ids, mask in zip(prompts, completion_ids, completion_mask) for pair in _turns(p, ids, mask)]
+            prompts, completions = [p for p, _ in pairs], [c for _, c in pairs]
+        else:
+            completions = [_first_run(ids, mask) for ids, mask in zip(completion_ids, completion_mask)]
         return first_turn_traces(prompts, completions, self.think_open, self.think_close)
 
     def check(
@@ -150,6 +157,10 @@ class CollapseDetector:
         Collective: every rank calls it with the same (gathered) traces and contexts."""
         started = time.perf_counter()
         valid = [t for t in traces if t is not None]
+        if self.all_turns:  # contexts are per episode: draw the traces first, score them under each other's contexts
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 1)
+            valid = [valid[i] for i in torch.randperm(len(valid), generator=generator)[: self.num_samples].tolist()]
+            contexts = [t.context for t in valid]
         metrics = {
             "traces_total": float(len(traces)),
             "traces_valid": float(len(valid)),
@@ -259,6 +270,19 @@ def _first_run(ids: list[int], mask: list[int]) -> list[int]:
             out.append(token)
         elif out:
             break
+    return out
+
+
+def _turns(prompt: list[int], ids: list[int], mask: list[int]) -> list[tuple[list[int], list[int]]]:
+    """Every model turn (run of mask = 1) of a completion with its context: the prompt and all tokens before it."""
+    out: list[tuple[list[int], list[int]]] = []
+    start = None
+    for k, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = k
+        elif not m and start is not None:
+            out.append((prompt + ids[:start], ids[start:k]))
+            start = None
     return out
 
 

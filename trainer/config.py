@@ -282,6 +282,14 @@ class WinnowConfig(TeacherFields, GRPOConfig):
         default=32,
         metadata={"help": "Sequences per forward pass of the collapse check (per process)."},
     )
+    collapse_turns: str = field(
+        default="first",
+        metadata={
+            "help": "Which reasoning traces of multi-turn episodes are checked: 'first' (the first turn; columns = "
+            "the batch's distinct prompts) or 'all' (every turn is a trace whose context is everything before it; "
+            "collapse_num_samples traces are drawn and scored under each other's contexts, RAGEN's multi-turn mode)."
+        },
+    )
 
     def __post_init__(self) -> None:
         self._validate_winnow()
@@ -310,6 +318,7 @@ class WinnowConfig(TeacherFields, GRPOConfig):
             ("snr_keep", KEEP_MODES),
             ("snr_loss_scaling", LOSS_SCALING),
             ("dynamic_sampling_on_limit", ON_LIMIT),
+            ("collapse_turns", ("first", "all")),
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")

@@ -289,7 +289,9 @@ class MultiTurnRollout:
         start = len(row.completion)
         row.append(sample.ids, model=True, logprobs=sample.logprobs)
         row.turn_spans.append([start, len(row.completion)])
-        text = self.chat.tokenizer.decode(sample.ids, skip_special_tokens=True)
+        # Decoded with special tokens kept (the parser drops <|...|> markers itself), so a tokenizer that marks its
+        # think tags special does not lose them.
+        text = self.chat.tokenizer.decode(sample.ids, skip_special_tokens=False)
         episode.play(text)
         if episode.done:
             return

@@ -27,6 +27,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 from harness import (  # noqa: E402
     BASE_ARGS,
+    DigestPolicy,
     deterministic_rollout_func,
     prompt_dataset,
     reward_length,
@@ -118,6 +119,8 @@ SUITES = {
         "uecr": (UECR, 2),
         "dynamic_sampling": (dict(loss_type="dapo", dynamic_sampling=True, unique_prompts=True,
                                   reward_funcs=[reward_parity_constant_for_multiples_of(3)]), 2),
+        # multi-turn environment episodes (env_mask -> tool_mask through filter and compaction)
+        "env_rollout": (dict(loss_type="grpo", env_rollout=True, max_completion_length=300, learning_rate=1e-3), 2),
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {
@@ -127,6 +130,22 @@ SUITES = {
     },
 }
 GLOBAL_BATCH = 16
+
+
+def sokoban_rollout():
+    """(levels, the multi-turn rollout with DigestPolicy as its generator, [env_return])."""
+    from transformers import AutoTokenizer
+
+    import rewards
+    from envs.episode import EpisodeSettings
+    from trainer.data.envs import level_dataset
+    from trainer.rollout import ChatTokens, MultiTurnRollout, training_chat_template
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path())
+    rollout = MultiTurnRollout("sokoban", {"observation_format": "grid"}, EpisodeSettings(max_turns=2), 24, 0.5,
+                               ChatTokens(tok, training_chat_template(tok)))
+    rollout.backend = DigestPolicy(tok)
+    return level_dataset("sokoban", 64, 10_000), rollout, [rewards.get_reward("env_return")]
 
 
 def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, deepspeed: bool) -> None:
@@ -140,6 +159,9 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     if overrides.get("advantage") == "uecr":
         overrides["teacher_model_name_or_path"] = teacher_path()
     reward_funcs = overrides.pop("reward_funcs", [reward_token_parity, reward_length])
+    train_dataset, rollout_func = prompt_dataset(64, unique=unique_prompts), deterministic_rollout_func
+    if overrides.pop("env_rollout", False):  # Sokoban episodes through the multi-turn rollout, deterministic policy
+        train_dataset, rollout_func, reward_funcs = sokoban_rollout()
     cpu_args = dict(use_cpu=False, ddp_backend="gloo") if deepspeed else {}
     args = WinnowConfig(
         output_dir=str(out / f"{name}-run"),
@@ -158,8 +180,8 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         model=tiny_model_path(),
         reward_funcs=reward_funcs,
         args=args,
-        train_dataset=prompt_dataset(64, unique=unique_prompts),
-        rollout_func=deterministic_rollout_func,
+        train_dataset=train_dataset,
+        rollout_func=rollout_func,
     )
     teacher_calls: list[int] = []  # (local completion width) per teacher forward on this rank
     if trainer._teacher is not None:
@@ -213,12 +235,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for the per-rank results")
     parser.add_argument("--suite", choices=sorted(SUITES), required=True, help="which scenarios to run")
     parser.add_argument("--reference", action="store_true", help="single-process reference run (no launcher)")
+    parser.add_argument("--only", nargs="*", default=None, help="run only these scenarios of the suite (development)")
     cli = parser.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
     out = cli.out / ("reference" if cli.reference else f"world{world}" + ("-zero3" if deepspeed else ""))
     out.mkdir(parents=True, exist_ok=True)
     for name, (overrides, steps) in SUITES[cli.suite].items():
+        if cli.only is not None and name not in cli.only:
+            continue
         run_scenario(name, overrides, steps, out, world, deepspeed)
 
 

@@ -23,7 +23,9 @@ Registered loaders:
 - ``arithmetic``: generated, seeded integer arithmetic (the CPU demo's task);
 - ``champ``: the 270 CHAMP problems from the installed ``champ-dataset`` package (offline);
 - ``countdown``: Countdown (TinyZero / RAGEN), generated offline and seeded, or hub
-  ``Jiayi-Pan/Countdown-Tasks-3to4`` / a local copy; ``answer`` is JSON ``{"target", "numbers", "solution"}``.
+  ``Jiayi-Pan/Countdown-Tasks-3to4`` / a local copy; ``answer`` is JSON ``{"target", "numbers", "solution"}``;
+- ``sokoban``, ``frozenlake``: level seeds of a multi-turn environment (trainer/data/envs.py), played by the
+  rollout of trainer/rollout.py; ``prompt`` holds the level's spec, not the text the model sees.
 
 Hub ids go through the real ``datasets.load_dataset``. The project's machines are offline
 (``HF_HUB_OFFLINE=1``): a dataset that is not in the local cache fails fast with
