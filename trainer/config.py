@@ -282,6 +282,23 @@ class WinnowConfig(TeacherFields, GRPOConfig):
         default=32,
         metadata={"help": "Sequences per forward pass of the collapse check (per process)."},
     )
+    vllm_request_timeout: float = field(
+        default=600.0,
+        metadata={
+            "help": "vLLM server mode: seconds one HTTP request to the server may take (read timeout; connect timeout "
+            "min(10, this)) before TRL's retries (6 attempts, 60 s of backoff) and then a GenerationServerError naming "
+            "the server and what to do (trainer/vllm_server.py). Must exceed the slowest generation call. The start-up "
+            "wait for the server is TRL's vllm_server_timeout."
+        },
+    )
+    skip_nonfinite_steps: bool = field(
+        default=True,
+        metadata={
+            "help": "Skip (and log) an optimizer step whose loss or gradient is NaN/inf instead of applying it: weights, "
+            "optimizer state and LR schedule stay unchanged (trainer/numerics_guard.py). Costs one scalar all-reduce "
+            "per micro-batch; False = TRL's behaviour."
+        },
+    )
     collapse_turns: str = field(
         default="first",
         metadata={
@@ -294,6 +311,23 @@ class WinnowConfig(TeacherFields, GRPOConfig):
     def __post_init__(self) -> None:
         self._validate_winnow()
         super().__post_init__()
+        self._validate_checkpoint_alignment()
+
+    def _validate_checkpoint_alignment(self) -> None:
+        """A checkpoint inside a generation batch cannot resume exactly: TRL keeps the batch's remaining
+        micro-batches only in memory and generates a fresh batch after a resume."""
+        strategy = str(getattr(self.save_strategy, "value", self.save_strategy))
+        per_generation = self.steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
+        if strategy != "steps" or per_generation <= 1 or self.save_steps < 1:
+            return
+        if self.save_steps % per_generation:
+            raise ConfigError(
+                "save_steps",
+                f"{self.save_steps} is not a multiple of the {per_generation:g} optimizer steps of one generation batch "
+                "(steps_per_generation x num_iterations / gradient_accumulation_steps), so a checkpoint would fall "
+                "inside a batch and a resumed run would not continue exactly",
+                f"use a multiple of {per_generation:g}",
+            )
 
     def _validate_winnow(self) -> None:
         """Fail fast on winnow fields (TRL validates its own in super().__post_init__)."""
@@ -322,6 +356,9 @@ class WinnowConfig(TeacherFields, GRPOConfig):
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
+        if self.vllm_request_timeout <= 0:
+            raise ConfigError("vllm_request_timeout", f"must be > 0 (got {self.vllm_request_timeout})",
+                              "use e.g. 600 (seconds; longer than the slowest generation call)")
         self._validate_snr_and_collapse()
         self._validate_dapo_and_cov()
         validate_teacher_fields(self, "teacher" in stages.required_inputs(self))

@@ -17,17 +17,20 @@ import time
 from typing import Any
 
 import torch
+from accelerate import PartialState
 from trl import GRPOTrainer
 
-from . import stages
+from . import atomic_checkpoint, stages
 from .collapse import CollapseDetector
 from .compaction import compact
 from .config import ConfigError, WinnowConfig
 from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
+from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
 from .reward_guard import RewardGuard
 from .rollout_batch import RolloutBatch, gather_padded
 from .teacher import load_teacher, score_tokens
+from .vllm_server import harden_client, wait_for_server
 
 # Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
 # leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
@@ -47,19 +50,30 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 "GRPOConfig field plus the stage selectors"
             )
         _validate_runtime(args, kwargs.get("rollout_func"))
+        server = _server_url(args)
+        if server is not None and PartialState().is_main_process:
+            # Bounded and logged, before TRL's client polls /health without a timeout (trainer/vllm_server.py).
+            wait_for_server(server, total_timeout=args.vllm_server_timeout)
         self._reward_guard = RewardGuard()
         super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
+        client = getattr(getattr(self, "vllm_generation", None), "vllm_client", None)
+        if server is not None and client is not None:  # main process only: every request bounded, errors named
+            harden_client(client, args.vllm_request_timeout)
         self._stage_needs = stages.required_inputs(args)
         self._global_rewards_per_func: torch.Tensor | None = None
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
         self._empty_steps = EmptyStepGuard(args.snr_empty_stop_steps) if stages.can_remove_rollouts(args) else None
         if self._empty_steps is not None:
             self.add_callback(EmptyStepStopCallback(self._empty_steps, args))
+        self._numerics = NonFiniteGuard() if args.skip_nonfinite_steps else None
+        if self._numerics is not None:
+            self.add_callback(NonFiniteStepCallback(self, self._numerics))
         self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
         self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
         # The frozen teacher exists only when a configured stage scores with it (off means off).
         self._teacher = load_teacher(args, self.accelerator, self._tokenizer) if "teacher" in self._stage_needs else None
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
+        self._staging = False  # True while a checkpoint is written (see _get_output_dir)
 
     # --- TRL override points -------------------------------------------------------------------------
 
@@ -131,17 +145,44 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""
-        return stages.get_stage("loss_variant", self.args.loss_variant).fn(self, model, inputs)
+        loss = stages.get_stage("loss_variant", self.args.loss_variant).fn(self, model, inputs)
+        if self._numerics is not None and model.training:
+            self._numerics.observe_loss(self, loss)
+        return loss
+
+    def _get_output_dir(self, trial):
+        """Trainer's run folder -- or, while a checkpoint is being written, its staging folder."""
+        run_dir = super()._get_output_dir(trial)
+        return os.path.join(run_dir, atomic_checkpoint.STAGING_DIR) if getattr(self, "_staging", False) else run_dir
 
     def _save_checkpoint(self, model, trial):
         """TRL's checkpoint plus the stages' own state (empty-step counters, collapse-detector schedule and
-        EMAs), so a resumed run continues them instead of starting over."""
-        super()._save_checkpoint(model, trial)
-        state = self._stage_state()
-        if state and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            with open(os.path.join(folder, STAGE_STATE_FILE), "w") as fh:
-                json.dump(state, fh)
+        EMAs, dynamic-sampling refills), written to a staging folder and published by one rename when every
+        process is done (trainer/atomic_checkpoint.py): a kill during a save never leaves a checkpoint that
+        looks complete but is not."""
+        from transformers.trainer_utils import rotate_checkpoints
+
+        run_dir = super()._get_output_dir(trial)
+        name = f"checkpoint-{self.state.global_step}"
+        staged = atomic_checkpoint.staged_path(run_dir, name)
+        if self.args.should_save:
+            atomic_checkpoint.clear(staged)
+        self.accelerator.wait_for_everyone()
+        self._staging = True
+        try:
+            super()._save_checkpoint(model, trial)
+            state = self._stage_state()
+            if state and self.args.should_save:
+                with open(os.path.join(staged, STAGE_STATE_FILE), "w") as fh:
+                    json.dump(state, fh)
+        finally:
+            self._staging = False
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            atomic_checkpoint.publish(staged, os.path.join(run_dir, name))
+            rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+        self.accelerator.wait_for_everyone()
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -155,6 +196,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 self._collapse.load_state_dict(state["collapse"])
             if self._dynamic is not None and "dynamic_sampling" in state:
                 self._dynamic.load_state_dict(state["dynamic_sampling"])
+            if self._numerics is not None and "numerics" in state:
+                self._numerics.load_state_dict(state["numerics"])
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -166,6 +209,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             state["collapse"] = self._collapse.state_dict()
         if self._dynamic is not None:
             state["dynamic_sampling"] = self._dynamic.state_dict()
+        if self._numerics is not None:
+            state["numerics"] = self._numerics.state_dict()
         return state
 
     def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
@@ -310,6 +355,13 @@ def _peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _server_url(args: WinnowConfig) -> str | None:
+    """The vLLM server's base URL in server mode, else None."""
+    if not (args.use_vllm and args.vllm_mode == "server"):
+        return None
+    return args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
 
 
 def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,18 @@ class MetricsFileCallback(TrainerCallback):
     def __init__(self, output_dir: str | Path, plot: bool = True):
         self.path = Path(output_dir) / "metrics.jsonl"
         self.plot = plot
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        """On resume, drop the records a killed run wrote after the checkpoint it resumes from: those steps are
+        trained (and logged) again, so the file keeps one record per step."""
+        if not state.is_world_process_zero or state.global_step == 0 or not self.path.exists():
+            return
+        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+        kept = [line for line in lines if json.loads(line).get("step", 0) <= state.global_step]
+        if len(kept) != len(lines):
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, self.path)
 
     def on_log(self, args, state, control, logs: dict[str, Any] | None = None, **kwargs):
         """Write one line per log call (main process only)."""

@@ -1,0 +1,233 @@
+"""Client-side fault handling for vLLM server mode (TRL's ``VLLMClient``).
+
+Why: TRL 1.16's client never sets a request timeout. ``VLLMClient.check_server`` calls ``requests.get(/health)``
+without one (a server that accepts the connection but never answers hangs it forever) and only checks its deadline
+on exceptions (a server answering 503 loops it forever); ``_get``/``_post`` go through a session with urllib3
+``Retry(total=5, backoff_factor=2, status_forcelist=[500, 502, 503])`` but no timeout, so a generation request to a
+hung server never returns; failures surface as a bare ``Exception("Request failed: ...")``.
+
+This module bounds both phases:
+
+* ``wait_for_server(base_url, total_timeout)``: before the run, poll ``/health`` until it answers 200, logging each
+  retry; raises :class:`GenerationServerError` no later than about ``total_timeout + request_timeout`` seconds.
+* ``harden_client(client, request_timeout)``: during the run, every request of ``client.session`` carries a
+  ``(connect, read)`` timeout and every failure becomes a :class:`GenerationServerError` naming the server, the
+  endpoint, what happened and what to do.
+
+Worst-case budget of one request (``request_budget``), TRL's default Retry (6 attempts, backoff sleeps
+0+4+8+16+32 = 60 s) with the default connect timeout ``min(10 s, request_timeout)``:
+
+* ``request_timeout=600``: 60 + 6 x (10 + 600) = 3720 s (about 62 min)
+* ``request_timeout=60``:  60 + 6 x (10 + 60)  =  480 s (8 min)
+
+Limits (not covered by the budget): the read timeout bounds each socket wait, not the whole response, so a server
+that trickles bytes slower than that can still take longer; a ``Retry-After`` header on a 503 is honoured by urllib3
+and adds its delay; DNS resolution is not under the connect timeout; the NCCL weight broadcast that runs next to
+``/update_weights`` is not HTTP and is not bounded here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import requests
+from urllib3.util.retry import RequestHistory, Retry
+
+logger = logging.getLogger("trainer.vllm_server")
+
+# An unreachable/black-holed host should fail fast even when the read timeout is long (a generation can take
+# minutes; a TCP handshake cannot).
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+FIX_HINT = (
+    "Make sure the vLLM server is running and reachable: start it with `trl vllm-serve --model <model> --port "
+    "<port>` (see the README, \"vLLM server mode\"), check vllm_server_base_url / vllm_server_host + vllm_server_port, and "
+    "raise vllm_server_timeout (startup wait) / vllm_request_timeout (per request) if it is only slow."
+)
+REJECTED_HINT = (
+    "The server is up but refused the request: check that the model it serves, the sampling parameters "
+    "(max_tokens vs --max-model-len, logprobs vs --max-logprobs) and the server flags match the trainer config."
+)
+
+
+class GenerationServerError(ConnectionError):
+    """The vLLM generation server is unreachable, hung, or failing. The message always names the server
+    (host:port), the endpoint, what happened (elapsed seconds, retries, last error/status) and what to do.
+
+    A builtin ``ConnectionError`` (an ``OSError``), not ``requests.ConnectionError``: code that catches requests'
+    exceptions will not swallow it."""
+
+    def __init__(self, url: str, what: str, hint: str = FIX_HINT):
+        parsed = urlparse(url)
+        self.server = parsed.netloc or url
+        self.endpoint = parsed.path or "/"
+        super().__init__(f"vLLM server {self.server} (endpoint {self.endpoint}): {what}. {hint}")
+
+
+def trl_default_retry(**overrides) -> Retry:
+    """The urllib3 ``Retry`` that TRL 1.16 mounts on ``VLLMClient.session`` (vllm_client.py, ``__init__``), with
+    optional overrides (tests shrink ``total``/``backoff_factor``; production keeps TRL's values)."""
+    kwargs = dict(total=5, connect=5, read=5, status=3, status_forcelist=[500, 502, 503], backoff_factor=2,
+                  allowed_methods=["POST", "GET"])
+    return Retry(**{**kwargs, **overrides})
+
+
+def max_attempts(retry: Retry | int | None) -> float:
+    """Most HTTP attempts one call can make under ``retry`` (``math.inf`` when urllib3 would retry forever)."""
+    if retry is None or retry is False:
+        return 1
+    if isinstance(retry, int):  # requests' HTTPAdapter(max_retries=int)
+        return retry + 1
+    if retry.total is not None and retry.total is not True:
+        return max(int(retry.total), 0) + 1
+    counters = [retry.connect, retry.read, retry.status, retry.other]
+    if any(c is None for c in counters):
+        return math.inf
+    return sum(int(c) for c in counters) + 1  # each counter is spent independently
+
+
+def backoff_sleeps(retry: Retry | int | None) -> float:
+    """Sum of urllib3's backoff sleeps between the attempts of one call, asked from ``retry`` itself (the formula
+    differs across urllib3 versions), upper-bounding any jitter."""
+    attempts = max_attempts(retry)
+    if not isinstance(retry, Retry) or attempts == 1:
+        return 0.0
+    if math.isinf(attempts):
+        return math.inf
+    jitter = float(getattr(retry, "backoff_jitter", 0.0) or 0.0)
+    total = 0.0
+    for errors in range(1, int(attempts)):  # urllib3 sleeps after the errors-th consecutive error
+        probe = retry.new(history=tuple(RequestHistory("POST", "/", None, None, None) for _ in range(errors)))
+        if jitter:
+            probe.backoff_jitter = 0.0
+        total += probe.get_backoff_time() + jitter
+    return total
+
+
+def request_budget(request_timeout: float, retry: Retry | int | None = None,
+                   connect_timeout: float | None = None) -> float:
+    """Worst-case seconds one hardened request can take: backoff sleeps + attempts x (connect + read timeout).
+    ``retry`` defaults to TRL's (see the module docstring for 600 s -> 3720 s and 60 s -> 480 s)."""
+    retry = trl_default_retry() if retry is None else retry
+    connect = min(DEFAULT_CONNECT_TIMEOUT, request_timeout) if connect_timeout is None else connect_timeout
+    return backoff_sleeps(retry) + max_attempts(retry) * (connect + request_timeout)
+
+
+def wait_for_server(base_url: str, total_timeout: float, retry_interval: float = 2.0,
+                    request_timeout: float = 10.0) -> float:
+    """Poll ``GET {base_url}/health`` until it answers 200; return the seconds waited.
+
+    Each probe carries a timeout of ``min(request_timeout, time left)``, so a server that accepts connections but
+    never answers cannot hang this (TRL's ``check_server`` has no timeout). Connection errors, timeouts and non-200
+    statuses (vLLM answers 503 while loading) are all retried every ``retry_interval`` seconds, each retry logged at
+    INFO on ``trainer.vllm_server``. Raises :class:`GenerationServerError` when the next retry would start past
+    ``total_timeout``; worst case about ``total_timeout + request_timeout`` seconds."""
+    url = f"{base_url.rstrip('/')}/health"
+    start = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        left = total_timeout - (time.monotonic() - start)
+        per_request = max(min(request_timeout, left), 0.05)  # never 0: requests treats 0 as non-blocking
+        try:
+            # Plain requests.get: no urllib3 retries inside, the loop below owns the retry policy and its deadline.
+            response = requests.get(url, timeout=(per_request, per_request))
+            reason = f"HTTP {response.status_code}"
+            if response.status_code == 200:
+                waited = time.monotonic() - start
+                logger.info("vLLM server %s is up after %.1fs (%d attempt(s))", base_url, waited, attempt)
+                return waited
+        except requests.RequestException as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        elapsed = time.monotonic() - start
+        if elapsed + retry_interval >= total_timeout:
+            raise GenerationServerError(url, (
+                f"not up after {elapsed:.1f}s (budget total_timeout={total_timeout}s, {attempt} attempt(s), "
+                f"per-request timeout {request_timeout}s); last error: {reason}"))
+        logger.info("vLLM server %s not up yet (attempt %d, %.1fs elapsed of %.0fs): %s; retrying in %.1fs",
+                    base_url, attempt, elapsed, total_timeout, reason, retry_interval)
+        time.sleep(retry_interval)
+
+
+@dataclass
+class _Hardening:
+    """Settings read by the wrappers at call time, so a second harden_client call updates them in place."""
+    connect_timeout: float
+    read_timeout: float
+    retry: Retry | int | None
+
+    def budget(self) -> float:
+        return request_budget(self.read_timeout, self.retry, self.connect_timeout)
+
+    def describe(self) -> str:
+        r = self.retry
+        policy = (f"urllib3 Retry(total={r.total}, backoff_factor={r.backoff_factor}, status_forcelist="
+                  f"{sorted(r.status_forcelist or [])})" if isinstance(r, Retry) else f"max_retries={r}")
+        return (f"retry budget: up to {max_attempts(r)} attempt(s) under {policy}, timeout connect "
+                f"{self.connect_timeout}s / read {self.read_timeout}s per attempt, worst case {self.budget():.0f}s")
+
+
+def harden_client(client, request_timeout: float, retries: Retry | None = None,
+                  connect_timeout: float | None = None) -> None:
+    """Bound and explain every HTTP request of an already-constructed TRL ``VLLMClient``.
+
+    * ``client.session.request`` gets ``timeout=(connect_timeout, request_timeout)`` unless the caller passes one;
+      ``connect_timeout`` defaults to ``min(10, request_timeout)``. This covers ``_get``/``_post`` and TRL's direct
+      ``session`` calls (``get_server_info``, ``image_features``, ``reset_prefix_cache``).
+    * ``client._get``/``client._post`` return what TRL's return (``response.json()``) on 200 and raise
+      :class:`GenerationServerError` on a requests exception (after urllib3's retries) or a non-200 status, where
+      TRL raises a bare ``Exception``; direct session calls get the same conversion for requests exceptions.
+    * ``retries``: replaces the adapter's Retry (tests use a small backoff); ``None`` keeps TRL's (6 attempts,
+      60 s of backoff), so one request is bounded by ``request_budget`` (600 s -> 3720 s, 60 s -> 480 s).
+      Note urllib3 re-sends a POST after a read timeout (TRL allows POST retries), so ``request_timeout`` must
+      exceed the slowest legitimate generation.
+
+    Idempotent: a second call updates the settings without wrapping again.
+    """
+    session = client.session
+    adapters = {id(a): a for a in session.adapters.values()}.values()  # TRL mounts one adapter twice
+    if retries is not None:
+        for adapter in adapters:
+            adapter.max_retries = retries
+    retry = next(iter(adapters)).max_retries if adapters else None
+    connect = min(DEFAULT_CONNECT_TIMEOUT, request_timeout) if connect_timeout is None else connect_timeout
+    settings = _Hardening(connect, request_timeout, retry)
+    existing = getattr(client, "_winnow_hardening", None)
+    if existing is not None:
+        existing.__dict__.update(settings.__dict__)
+        return
+    client._winnow_hardening = settings
+    raw_request = session.request
+
+    def request(method, url, *args, **kwargs):
+        # timeout is Session.request's 8th parameter; only fill it when the caller gave none.
+        if len(args) < 7 and kwargs.get("timeout") is None:
+            kwargs["timeout"] = (settings.connect_timeout, settings.read_timeout)
+        start = time.monotonic()
+        try:
+            return raw_request(method, url, *args, **kwargs)
+        except requests.RequestException as exc:
+            # Reached after urllib3 spent its retries (or on an error it does not retry).
+            raise GenerationServerError(url, (
+                f"{method} failed after {time.monotonic() - start:.1f}s ({settings.describe()}); last error: "
+                f"{type(exc).__name__}: {exc}")) from exc
+
+    def checked(method):
+        def call(url: str, **kwargs) -> dict:
+            start = time.monotonic()
+            response = getattr(session, method.lower())(url, **kwargs)  # as TRL does; goes through request()
+            if response.status_code != 200:
+                # A 4xx is the server refusing this request (not retried by urllib3): point at the request.
+                hint = REJECTED_HINT if 400 <= response.status_code < 500 else FIX_HINT
+                raise GenerationServerError(url, (
+                    f"{method} answered HTTP {response.status_code} after {time.monotonic() - start:.1f}s "
+                    f"({settings.describe()}); body: {response.text[:300]!r}"), hint)
+            return response.json()
+        return call
+
+    session.request = request  # instance attribute: Session.get/post call self.request
+    client._get, client._post = checked("GET"), checked("POST")
