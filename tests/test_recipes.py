@@ -408,3 +408,23 @@ def test_unknown_recipe_key_is_an_error(tmp_path):
     bad.write_text("model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\nlearning_rat: 1e-6\n")
     with pytest.raises(ValueError, match="learning_rat"):
         parse_recipe(["--config", str(bad)])
+
+
+@pytest.mark.parametrize("key, value", [("snr_value", "[0.9, 1.0]"), ("learning_rate", "fast"), ("max_turns", "{a: 1}"),
+                                        ("collapse_detection", "maybe"), ("reward_funcs", "3"), ("num_generations", "2.5")])
+def test_wrong_value_type_is_an_error_naming_the_key(tmp_path, key, value):
+    """TRL's parser passes YAML lists, mappings and numbers to argparse as defaults, unconverted: the recipe
+    type check (trainer/recipe_types.py) names the key instead of an unrelated error later or silent acceptance."""
+    from trainer.config import ConfigError
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\n{key}: {value}\n")
+    with pytest.raises(ConfigError, match=key):
+        parse_recipe(["--config", str(bad)])
+
+
+def test_yaml_numbers_written_as_strings_still_parse(tmp_path):
+    ok = tmp_path / "ok.yaml"  # YAML 1.1 reads 1e-6 as a string; argparse converts it, so it stays legal
+    ok.write_text("model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\nlearning_rate: 1e-6\n")
+    _, args, _ = parse_recipe(["--config", str(ok)])
+    assert args.learning_rate == 1e-6

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -103,7 +104,8 @@ def recipe_parser() -> TrlParser:
 
 
 def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, WinnowConfig, ModelConfig]:
-    """Parse ``--config recipe.yaml`` and CLI overrides; unknown keys are errors."""
+    """Parse ``--config recipe.yaml`` and CLI overrides; unknown keys and values of the wrong type are errors."""
+    _check_yaml_types(sys.argv[1:] if argv is None else list(argv))
     task, args, model_args = recipe_parser().parse_args_and_config(args=argv)
     if task.enable_thinking is not None:
         kwargs = dict(args.chat_template_kwargs or {})
@@ -116,6 +118,21 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
             "DAPO uses 4096 of 20480; pick a buffer smaller than the response budget",
         )
     return task, args, model_args
+
+
+def _check_yaml_types(argv: list[str]) -> None:
+    """Type-check the values of the ``--config`` YAML (argparse never sees them as strings; see recipe_types)."""
+    import yaml
+
+    from .recipe_types import check_recipe_types
+
+    path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
+    path = path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
+    if path is None:
+        return
+    with open(path) as fh:
+        config = yaml.safe_load(fh) or {}
+    check_recipe_types(config, (TaskArguments, WinnowConfig, ModelConfig))
 
 
 def resolve_model_path(name: str) -> str:
