@@ -15,7 +15,7 @@ from .registry import register_reward
 
 # RAGEN's DOTALL pattern: think block, whitespace, answer block; we require the whole response to be that.
 _STRUCTURED = re.compile(r"\s*<think>(.*?)</think>\s*<answer>(.*?)</answer>\s*", re.DOTALL)
-_MAX_CHARS = 200_000  # a regex over a pathological megabyte of text is still linear, but bound it anyway
+_MAX_CHARS = 200_000  # bounds the counts and the (linear, once gated by the counts) regex on pathological text
 
 
 def make_answer_format_penalty(penalty: float = -0.1, think_prefilled: bool = False):
@@ -30,13 +30,15 @@ def make_answer_format_penalty(penalty: float = -0.1, think_prefilled: bool = Fa
             text = completion_text(c)[:_MAX_CHARS]
             if think_prefilled and not text.lstrip().startswith("<think>"):
                 text = "<think>" + text
-            match = _STRUCTURED.fullmatch(text)
-            ok = (
-                match is not None
-                and match.group(2).strip() != ""
-                and text.count("<think>") == 1
-                and text.count("<answer>") == 1
-            )
+            # The tag counts are checked BEFORE the regex (same result, the conjunction is only reordered): on
+            # a degenerate repetition loop ("<think>a</think><answer>b</answer>" * 5000 + "x") the lazy groups
+            # make fullmatch backtrack over every "</think>" x every "</answer>", quadratic -- 5 s for one
+            # 194k-character completion (tests/test_reward_fuzz.py). With one <think> and one <answer> the
+            # regex has a single viable split and runs in linear time.
+            ok = text.count("<think>") == 1 and text.count("<answer>") == 1
+            if ok:
+                match = _STRUCTURED.fullmatch(text)
+                ok = match is not None and match.group(2).strip() != ""
             scores.append(0.0 if ok else float(penalty))
         return scores
 
