@@ -117,13 +117,20 @@ STAGES = {
     "kl_cov": {"loss_type": "dapo", "loss_variant": "kl_cov", "kl_cov_ratio": 0.5, "num_iterations": 2},
     "beyond8020": {"loss_type": "dapo", "top_entropy_quantile": 0.2},
     "uecr": {"advantage": "uecr", "loss_type": "dapo", "beta": 0.01},
+    "puu": {"advantage": "puu", "loss_type": "dapo"},
+    "pg_opd": {"advantage": "pg_opd", "loss_type": "dapo"},
+    "distilled_rl": {"advantage": "distilled_rl", "loss_type": "dapo"},
+    "atod": {"advantage": "atod", "loss_type": "dapo"},
+    "naive_hybrid": {"loss_variant": "naive_hybrid", "loss_type": "dapo"},
+    "dynamic_sampling": {"loss_type": "dapo", "dynamic_sampling": True, "max_num_gen_batches": 2},
 }
+TEACHER_STAGES = {"uecr", "puu", "pg_opd", "distilled_rl", "atod", "naive_hybrid"}
 
 
 @pytest.mark.parametrize("name", sorted(STAGES))
 def test_every_stage_stays_finite_on_hostile_batches(tmp_path, name):
     overrides = dict(STAGES[name])
-    if overrides.get("advantage") == "uecr":
+    if name in TEACHER_STAGES:
         overrides["teacher_model_name_or_path"] = tiny_model_path()
     trainer = _trainer(tmp_path, rollout_func=edge_rollout_func, reward_funcs=[edge_rewards], max_steps=2, **overrides)
     trainer.train()

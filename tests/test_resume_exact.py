@@ -1,7 +1,8 @@
 """Exact resume after a hard kill, and atomic checkpoints (issue "Reliability").
 
-Three real training processes (`launch/train.py`, tiny Qwen3, local sampling, the SNR filter, GRPODropout
-and the collapse detector on, 2 optimizer steps per generation batch):
+Real training processes (`launch/train.py`, tiny Qwen3, local sampling, 2 optimizer steps per generation
+batch), with the SNR filter, GRPODropout and the collapse detector on -- and, in a second variant, DAPO's dynamic
+sampling (refill stream), ATOD (annealed by step, a frozen teacher) and the collapse detector:
 
 - A trains N = 4 steps without interruption;
 - B is SIGKILLed as soon as its checkpoint-2 is published (it dies somewhere in step 3), then the same
@@ -26,23 +27,14 @@ from pathlib import Path
 import pytest
 import yaml
 from safetensors.torch import load_file
+from test_train_entrypoint import RECIPE as TRAIN_RECIPE
 
 ROOT = Path(__file__).resolve().parents[1]
 N_STEPS = 4
 RECIPE = {
-    "model_name_or_path": "offline:tiny-qwen3",
-    "dataset_name": "arithmetic",
-    "dataset_kwargs": {"num_samples": 64, "seed": 1},
-    "reward_funcs": ["math_accuracy", "think_format"],
-    "reward_timeout": 1.0,
-    "enable_thinking": False,
-    "launch_processes": 1,
-    "num_generations": 4,
-    "per_device_train_batch_size": 8,
+    **TRAIN_RECIPE,  # tests/test_train_entrypoint.py's tiny-Qwen3 arithmetic recipe, with every resumable stage on
+    "reward_funcs": ["test_token_parity"],  # registered by BOOT below
     "steps_per_generation": 2,  # 2 optimizer steps per generation batch: checkpoints fall on batch boundaries
-    "max_completion_length": 8,
-    "learning_rate": 1e-3,
-    "loss_type": "dapo",
     "rollout_filter": "snr",
     "snr_value": 0.9,
     "snr_include_zero": True,
@@ -52,45 +44,61 @@ RECIPE = {
     "collapse_num_samples": 4,
     "max_steps": N_STEPS,
     "save_steps": 2,
-    "logging_steps": 1,
-    "use_cpu": True,
-    "bf16": False,
-    "gradient_checkpointing": False,
-    "report_to": "none",
     "plot": False,
-    "seed": 0,
+}
+# The other resumable state: DAPO's dynamic-sampling refill stream and ATOD's annealed OPD weight (a frozen teacher).
+RECIPE_REFILL_ATOD = {
+    **{k: v for k, v in RECIPE.items() if k not in ("rollout_filter", "snr_value", "snr_include_zero", "rollout_dropout")},
+    "dynamic_sampling": True,
+    "dynamic_sampling_metric": "reward",
+    "max_num_gen_batches": 3,
+    "advantage": "atod",
+    "teacher_model_name_or_path": "offline:tiny-qwen3",
+    "atod_anneal_steps": N_STEPS,
 }
 TIMING = ("step_time", "seconds", "runtime", "per_second", "peak_memory")
-# Dies half-way through writing checkpoint-4 (after the model and optimizer, before RNG and trainer state).
-CRASH_IN_SAVE = """
+# Every run starts through this bootstrap: it registers a reward that varies on a random model's output (the
+# recipe's math rewards are 0 for every completion of a random model, so nothing would train), and with
+# crash=True dies half-way through writing checkpoint-4 (after the model and optimizer, before RNG and trainer
+# state), with no clean-up.
+BOOT = """
 import os, sys
 sys.path.insert(0, {root!r})
-from trainer.grpo_trainer import WinnowGRPOTrainer
-original = WinnowGRPOTrainer._save_rng_state
-def dying(self, output_dir):
-    if self.state.global_step == 4:
-        os._exit(9)
-    return original(self, output_dir)
-WinnowGRPOTrainer._save_rng_state = dying
+sys.path.insert(0, os.path.join({root!r}, "tests"))
+import rewards
+from harness import reward_token_parity
+rewards.register_reward("test_token_parity")(reward_token_parity)
+if {crash}:
+    from trainer.grpo_trainer import WinnowGRPOTrainer
+    original = WinnowGRPOTrainer._save_rng_state
+    def dying(self, output_dir):
+        if self.state.global_step == 4:
+            os._exit(9)
+        return original(self, output_dir)
+    WinnowGRPOTrainer._save_rng_state = dying
 sys.argv = ["train.py", *sys.argv[1:]]
 from launch.train import main
 main()
 """
 
 
+def _boot(crash: bool = False) -> list[str]:
+    return [sys.executable, "-c", BOOT.format(root=str(ROOT), crash=crash)]
+
+
 def _env() -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
 
 
-def _recipe(tmp: Path, name: str) -> tuple[Path, Path]:
+def _recipe(tmp: Path, name: str, base: dict = RECIPE) -> tuple[Path, Path]:
     out = tmp / name
     recipe = tmp / f"{name}.yaml"
-    recipe.write_text(yaml.safe_dump({**RECIPE, "output_dir": str(out)}))
+    recipe.write_text(yaml.safe_dump({**base, "output_dir": str(out)}))
     return recipe, out
 
 
 def _train(recipe: Path, *extra: str, script: list[str] | None = None) -> subprocess.CompletedProcess:
-    cmd = [*(script or [sys.executable, "launch/train.py"]), "--config", str(recipe), *extra]
+    cmd = [*(script or _boot()), "--config", str(recipe), *extra]
     return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
 
 
@@ -109,6 +117,7 @@ def _steps(out: Path) -> dict[int, dict]:
 
 def _assert_same_run(a: Path, b: Path) -> None:
     steps_a, steps_b = _steps(a), _steps(b)
+    assert all(row["grad_norm"] > 0 for row in steps_a.values()), "a step did not train: the comparison proves little"
     assert sorted(steps_a) == sorted(steps_b) == list(range(1, N_STEPS + 1))
     for step in steps_a:
         assert steps_a[step] == steps_b[step], f"step {step} differs"
@@ -124,9 +133,16 @@ def uninterrupted(tmp_path_factory, tiny_model) -> Path:
     return out
 
 
-def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(uninterrupted, tmp_path):
-    recipe, out = _recipe(tmp_path, "b")
-    proc = subprocess.Popen([sys.executable, "launch/train.py", "--config", str(recipe)], cwd=ROOT, env=_env(),
+@pytest.mark.parametrize("stages", ["snr_grpodropout_collapse", "refill_atod_collapse"])
+def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(uninterrupted, tmp_path, stages):
+    base = RECIPE if stages == "snr_grpodropout_collapse" else RECIPE_REFILL_ATOD
+    if stages == "snr_grpodropout_collapse":
+        reference = uninterrupted
+    else:
+        recipe_a, reference = _recipe(tmp_path, "a", base)
+        _ok(_train(recipe_a))
+    recipe, out = _recipe(tmp_path, "b", base)
+    proc = subprocess.Popen([*_boot(), "--config", str(recipe)], cwd=ROOT, env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
     while not (out / "checkpoint-2").is_dir() and proc.poll() is None and time.monotonic() < deadline:
@@ -136,12 +152,12 @@ def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(uninterrupted,
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (out / "model.safetensors").exists()
     _ok(_train(recipe, "--resume_from_checkpoint", "true"))
-    _assert_same_run(uninterrupted, out)
+    _assert_same_run(reference, out)
 
 
 def test_kill_during_a_save_leaves_no_checkpoint_that_looks_complete(uninterrupted, tmp_path):
     recipe, out = _recipe(tmp_path, "c")
-    crash = _train(recipe, script=[sys.executable, "-c", CRASH_IN_SAVE.format(root=str(ROOT))])
+    crash = _train(recipe, script=_boot(crash=True))
     assert crash.returncode == 9
     assert (out / "checkpoint-2" / "trainer_state.json").is_file()
     assert not (out / "checkpoint-4").exists()  # the half-written one stays in staging, invisible to resume

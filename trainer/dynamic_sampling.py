@@ -75,11 +75,15 @@ class DynamicSampler:
         )
 
     def _next_refill(self) -> list[dict[str, Any]]:
-        if self._iterator is None:
-            self._iterator = self._stream()
-            for _ in range(self.refills_drawn):  # resume: skip what the interrupted run consumed
-                next(self._iterator)
-        batch = next(self._iterator)
+        # Each new DataLoader iterator draws its base seed from the global torch RNG. Forked here, the refill stream
+        # never moves the RNG that sampling uses, so a resumed run (which re-creates the stream at another moment
+        # and skips through it) samples exactly what the uninterrupted run sampled.
+        with torch.random.fork_rng(devices=[]):
+            if self._iterator is None:
+                self._iterator = self._stream()
+                for _ in range(self.refills_drawn):  # resume: skip what the interrupted run consumed
+                    next(self._iterator)
+            batch = next(self._iterator)
         self.refills_drawn += 1
         return batch
 
