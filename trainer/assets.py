@@ -266,6 +266,18 @@ def make_tiny_qwen3(
     return final
 
 
+# vLLM's CPU attention supports head sizes 32, 64, 80, ... (not the default tiny model's 8): the model the
+# server-mode tests serve. Untied embeddings by default; tie_word_embeddings=True gives the tied twin.
+TINY_QWEN3_VLLM = dict(hidden_size=64, head_dim=32, intermediate_size=128)
+
+
+def make_tiny_qwen3_vllm(tie_word_embeddings: bool = False) -> Path:
+    """The tiny random Qwen3 with a head size vLLM's CPU backend serves (hidden 64, head_dim 32; ~19.5M params,
+    almost all embeddings), built like :func:`make_tiny_qwen3`."""
+    extra = {"tie_word_embeddings": True} if tie_word_embeddings else {}
+    return make_tiny_qwen3(**TINY_QWEN3_VLLM, **extra)
+
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIRNAME = "smollm2-135m-instruct-v2"  # v2: no quantization_config
 SMOLLM2_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
@@ -342,6 +354,7 @@ def main() -> None:
     build_qwen3_tokenizer()
     print(f"tokenizer: {cache_dir() / TOKENIZER_DIRNAME}")
     print(f"tiny-qwen3: {make_tiny_qwen3()}")
+    print(f"tiny-qwen3-vllm: {make_tiny_qwen3_vllm()}")
     if "--smollm2" in sys.argv[1:]:
         print(f"smollm2: {make_smollm2()}")
     print(f"done in {time.perf_counter() - t0:.1f}s")

@@ -13,6 +13,7 @@ from trl import GRPOConfig
 from . import stages
 from .algorithms.grpo import STD_KINDS
 from .algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
+from .config_server import ServerFields, validate_server_fields
 from .config_teacher import TeacherFields, validate_teacher_fields
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
@@ -32,7 +33,7 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class WinnowConfig(TeacherFields, GRPOConfig):
+class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     """GRPOConfig + the stage pipeline (filter -> dropout -> advantage) and loss variants.
 
     With ``rollout_filter="none"``, ``rollout_dropout="none"``, ``advantage="grpo"`` and
@@ -359,6 +360,7 @@ class WinnowConfig(TeacherFields, GRPOConfig):
         if self.vllm_request_timeout <= 0:
             raise ConfigError("vllm_request_timeout", f"must be > 0 (got {self.vllm_request_timeout})",
                               "use e.g. 600 (seconds; longer than the slowest generation call)")
+        validate_server_fields(self)
         self._validate_snr_and_collapse()
         self._validate_dapo_and_cov()
         validate_teacher_fields(self, "teacher" in stages.required_inputs(self))

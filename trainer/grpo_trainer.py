@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -24,11 +25,13 @@ from . import atomic_checkpoint, stages
 from .collapse import CollapseDetector
 from .compaction import compact
 from .config import ConfigError, WinnowConfig
+from .config_server import resolve_weight_sync
 from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
 from .reward_guard import RewardGuard
 from .rollout_batch import RolloutBatch, gather_padded
+from .server_generation import generation_class
 from .teacher import load_teacher, score_tokens
 from .vllm_server import harden_client, wait_for_server
 
@@ -51,14 +54,21 @@ class WinnowGRPOTrainer(GRPOTrainer):
             )
         _validate_runtime(args, kwargs.get("rollout_func"))
         server = _server_url(args)
-        if server is not None and PartialState().is_main_process:
+        sync = resolve_weight_sync(args.weight_sync, torch.cuda.is_available()) if server is not None else None
+        if sync == "nccl" and PartialState().is_main_process:
             # Bounded and logged, before TRL's client polls /health without a timeout (trainer/vllm_server.py).
             wait_for_server(server, total_timeout=args.vllm_server_timeout)
+        if sync in ("disk", "lora") and not args.weight_sync_dir:
+            args.weight_sync_dir = os.path.join(args.output_dir, "weight_sync")
         self._reward_guard = RewardGuard()
-        super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
+        # disk/lora: TRL's generation backend with our sync, and no NCCL group (trainer/server_generation.py)
+        with generation_class(args, sync) if sync in ("disk", "lora") else nullcontext():
+            super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
         client = getattr(getattr(self, "vllm_generation", None), "vllm_client", None)
         if server is not None and client is not None:  # main process only: every request bounded, errors named
             harden_client(client, args.vllm_request_timeout)
+        if sync in ("disk", "lora"):
+            self.vllm_generation.on_sync = self._log_weight_sync
         self._stage_needs = stages.required_inputs(args)
         self._global_rewards_per_func: torch.Tensor | None = None
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
@@ -200,6 +210,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 self._numerics.load_state_dict(state["numerics"])
 
     # --- helpers -------------------------------------------------------------------------------------
+
+    def _log_weight_sync(self, metrics: dict[str, float]) -> None:
+        """Record one disk/lora sync's timings and size (logged with the step that generated after it)."""
+        mode = "train" if self.model.training else "eval"
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
 
     def _stage_state(self) -> dict[str, Any]:
         state = {}
@@ -366,6 +382,12 @@ def _server_url(args: WinnowConfig) -> str | None:
 
 def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
     """Checks that need the trainer's arguments, not just the config; run before any model is loaded."""
+    if _server_url(args) is not None and args.weight_sync == "nccl" and not torch.cuda.is_available():
+        raise ConfigError(
+            "weight_sync",
+            "'nccl' (TRL's broadcast) needs CUDA on the trainer and the server, and no CUDA device is visible",
+            "use weight_sync: disk (full weights through a shared folder) or lora (PEFT adapters), or 'auto'",
+        )
     if args.old_logps_source == "sampler" and not args.use_vllm and rollout_func is None:
         raise ConfigError(
             "old_logps_source",

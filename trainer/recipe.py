@@ -25,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 # Models that exist on every machine of ours without a hub download, built by ``trainer.assets``.
 OFFLINE_MODELS = {"offline:smollm2": "make_smollm2", "offline:tiny-qwen3": "make_tiny_qwen3",
+                  "offline:tiny-qwen3-vllm": "make_tiny_qwen3_vllm",
                   "offline:smollm2-perturbed": "make_smollm2_perturbed"}
 
 

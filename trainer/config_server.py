@@ -1,0 +1,91 @@
+"""vLLM server-mode weight-sync knobs of ``WinnowConfig`` (a mixin dataclass; trainer/weight_sync.py implements them).
+
+TRL syncs the policy into the generation server over NCCL. That needs CUDA on both ends and a free NCCL port between
+the trainer and the server node; ``disk`` and ``lora`` need only HTTP and a folder both can read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+WEIGHT_SYNC_KINDS = ("auto", "nccl", "disk", "lora")
+WEIGHT_SYNC_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class ServerFields:
+    """How the trainer pushes its weights to the vLLM generation server (``vllm_mode: server``)."""
+
+    weight_sync: str = field(
+        default="auto",
+        metadata={
+            "help": "Server mode: how the policy reaches the vLLM server before each generation. 'nccl' = TRL's "
+            "broadcast over an NCCL group (CUDA on both ends, server started with --weight-transfer-config). 'disk' = "
+            "write the weights as safetensors shards into weight_sync_dir, then the server's reload_weights RPC and a "
+            "prefix-cache reset (server started with VLLM_SERVER_DEV_MODE=1; works on CPU). 'lora' = with PEFT, write "
+            "only the adapter and hot-swap it in place (/v1/load_lora_adapter, no merge; server started with "
+            "--enable-lora --max-lora-rank >= lora_r and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1). 'auto' = nccl when CUDA "
+            "is available, else disk. launch/vllm_server.py starts a matching server."
+        },
+    )
+    weight_sync_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "disk/lora: folder the trainer writes each weight version into (one subfolder per sync, the "
+            "previous ones deleted). Must be readable by the server under weight_sync_server_dir (same path on a "
+            "shared filesystem by default). Default: <output_dir>/weight_sync."
+        },
+    )
+    weight_sync_server_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "disk/lora: the same folder as the server sees it, when it is mounted at another path there "
+            "(default: weight_sync_dir)."
+        },
+    )
+    weight_sync_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "disk: dtype of the written weights. 'auto' = the server's model dtype (read from /server_info), "
+            "so the bytes written are the bytes loaded and a bf16 server costs half the disk traffic of fp32."
+        },
+    )
+    weight_sync_shard_mb: int = field(
+        default=2048,
+        metadata={
+            "help": "disk: shard size in MB. The main process holds at most one shard in CPU memory while writing; "
+            "under ZeRO-3 parameters are gathered one at a time (never the whole model on one rank)."
+        },
+    )
+    weight_sync_lora_name: str = field(
+        default="policy",
+        metadata={"help": "lora: the adapter name on the server; generation requests name it as their model."},
+    )
+
+
+def validate_server_fields(cfg) -> None:
+    """Fail fast on the fields above (ConfigError naming the field and the fix)."""
+    from .config import ConfigError
+
+    if cfg.weight_sync not in WEIGHT_SYNC_KINDS:
+        raise ConfigError("weight_sync", f"{cfg.weight_sync!r} is not an option", f"use one of {list(WEIGHT_SYNC_KINDS)}")
+    if cfg.weight_sync_dtype not in WEIGHT_SYNC_DTYPES:
+        raise ConfigError("weight_sync_dtype", f"{cfg.weight_sync_dtype!r} is not an option",
+                          f"use one of {list(WEIGHT_SYNC_DTYPES)}")
+    if cfg.weight_sync_shard_mb < 1:
+        raise ConfigError("weight_sync_shard_mb", f"must be >= 1 (got {cfg.weight_sync_shard_mb})", "use e.g. 2048")
+    server_mode = bool(cfg.use_vllm) and cfg.vllm_mode == "server"
+    if cfg.weight_sync in ("disk", "lora") and not server_mode:
+        raise ConfigError(
+            "weight_sync", f"{cfg.weight_sync!r} syncs into a vLLM server, but use_vllm={cfg.use_vllm} and "
+            f"vllm_mode={cfg.vllm_mode!r}", "set use_vllm: true and vllm_mode: server, or leave weight_sync: auto")
+    if not cfg.weight_sync_lora_name or "/" in cfg.weight_sync_lora_name:
+        raise ConfigError("weight_sync_lora_name", f"{cfg.weight_sync_lora_name!r} is not a usable adapter name",
+                          "use a plain name such as 'policy'")
+
+
+def resolve_weight_sync(kind: str, cuda_available: bool) -> str:
+    """The concrete sync for ``weight_sync: auto`` (nccl with CUDA, else disk); other values unchanged."""
+    if kind != "auto":
+        return kind
+    return "nccl" if cuda_available else "disk"

@@ -1,0 +1,84 @@
+"""TRL's vLLM server-mode generation with a weight sync that needs no NCCL (``weight_sync: disk | lora``).
+
+:class:`ServerGeneration` is TRL's ``VLLMGeneration`` with two methods replaced: ``_init_vllm`` (bounded wait for the
+server, hardened client, no NCCL communicator, the sync's checks run on every rank) and ``sync_weights`` (the
+configured trainer/weight_sync.py sync instead of the NCCL broadcast). TRL calls both from the places it always does,
+so generation, the multi-turn rollout and the sync points are TRL's own.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable
+
+from trl.generation.vllm_generation import VLLMGeneration
+
+from .config import ConfigError
+from .vllm_server import GenerationServerError, harden_client, wait_for_server
+from .weight_sync import SYNCS, http_only_client, lora_problems
+
+
+def server_generation_class(args: Any, kind: str) -> type:
+    """A ``VLLMGeneration`` subclass bound to ``args`` that syncs with ``kind`` (``disk`` or ``lora``)."""
+
+    class ServerGeneration(VLLMGeneration):
+        """``VLLMGeneration`` whose server-mode weight sync is :data:`trainer.weight_sync.SYNCS` ``[kind]``."""
+
+        on_sync: Callable[[dict[str, float]], None] | None = None  # set by the trainer: logs the sync's metrics
+
+        def _init_vllm(self) -> None:
+            if self.mode != "server":
+                return super()._init_vllm()
+            from accelerate.utils import broadcast_object_list
+            from trl.generation.vllm_client import VLLMClient
+
+            base_url = self.server_base_url or f"http://{self.server_host}:{self.server_port}"
+            self.vllm_client, info, failure = None, None, None
+            if self.accelerator.is_main_process:
+                try:
+                    wait_for_server(base_url, total_timeout=self.server_timeout)
+                    with http_only_client():
+                        self.vllm_client = VLLMClient(base_url=base_url, group_port=self.group_port,
+                                                      connection_timeout=self.server_timeout)
+                    harden_client(self.vllm_client, args.vllm_request_timeout)
+                    info = self.vllm_client.get_server_info()
+                except Exception as exc:  # re-raised below, after the other ranks learned about it
+                    failure = exc
+            # Only the main process talks to the server; the others must fail with it, not wait in a collective.
+            shared = [None if failure is None else f"{type(failure).__name__}: {failure}", info]
+            if self.accelerator.num_processes > 1:
+                broadcast_object_list(shared, from_process=0)
+            if failure is not None:
+                raise failure
+            if shared[0] is not None:
+                raise GenerationServerError(base_url, f"the main process could not reach the server ({shared[0]})")
+            info = shared[1]
+            if kind == "lora":
+                problems = lora_problems(self.model, info)
+                if problems:
+                    raise ConfigError("weight_sync", "; ".join(problems), "see the README, \"vLLM server mode\"")
+            self.weight_sync = SYNCS[kind](self, base_url, args, info)
+
+        def sync_weights(self) -> None:
+            metrics = self.weight_sync.sync()
+            if metrics and self.on_sync is not None:
+                self.on_sync(metrics)
+
+    return ServerGeneration
+
+
+@contextmanager
+def generation_class(args: Any, kind: str):
+    """Make ``GRPOTrainer.__init__`` build :func:`server_generation_class` instead of TRL's ``VLLMGeneration``.
+
+    Why a swap of the module attribute: TRL constructs the generation backend inside ``GRPOTrainer.__init__`` by the
+    name it imported, with no factory argument, and the NCCL communicator it opens there cannot exist on a CPU. The
+    swap lasts for the constructor only."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    original = grpo_module.VLLMGeneration
+    grpo_module.VLLMGeneration = server_generation_class(args, kind)
+    try:
+        yield
+    finally:
+        grpo_module.VLLMGeneration = original

