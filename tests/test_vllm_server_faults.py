@@ -230,7 +230,7 @@ def test_wait_for_server_gives_up_within_budget(fake, mode):
         wait_for_server(fake.url, total_timeout=total, retry_interval=0.2, request_timeout=per_request)
     assert time.monotonic() - start < total + per_request + MARGIN
     msg = str(info.value)
-    assert f"127.0.0.1:{fake.port}" in msg and "/health" in msg and "trl vllm-serve" in msg
+    assert f"127.0.0.1:{fake.port}" in msg and "/health" in msg and "launch/vllm_server.py" in msg
     assert {"never_up": "ConnectionError", "503_forever": "HTTP 503", "never_answers": "Timeout"}[mode] in msg
 
 

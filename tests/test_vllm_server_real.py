@@ -244,3 +244,49 @@ def test_failed_sync_names_the_endpoint_and_the_folder(server, tmp_path):
     with pytest.raises(GenerationServerError, match=r"/v1/load_lora_adapter.*/nonexistent/sync/v000001.*shared"):
         trainer.train()
     assert requests.get(f"{server['url']}/health", timeout=10).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def tied_server(tmp_path_factory):
+    """A second server, on the tiny model's twin with tied input/output embeddings (as Qwen3-4B and SmolLM2)."""
+    from trainer.assets import make_tiny_qwen3_vllm
+
+    model = str(make_tiny_qwen3_vllm(tie_word_embeddings=True))
+    log = tmp_path_factory.mktemp("vllm-tied") / "server.log"
+    proc = launcher.start_server(model, log_path=str(log), wait_timeout=240, device="cpu", port=_free_port(),
+                                 max_model_len=512, cpu_kvcache_gb=1, python=VLLM_PYTHON)
+    try:
+        yield {"url": proc.base_url, "model": model, "log": log}
+    finally:
+        proc.stop()
+        assert not _alive(proc.pid)
+
+
+def test_disk_sync_with_tied_embeddings(tied_server, tmp_path):
+    """Tied embeddings: the sync writes the shared tensor under the output layer's name too, and the server follows
+    (2 steps). Control: a checkpoint written the usual way (save_pretrained drops the tied name) leaves the server's
+    output layer stale -- the log-probs then miss the trainer's by far more than the tolerance."""
+    from safetensors import safe_open
+
+    trainer = make_trainer(tied_server, tmp_path, "disk", steps=2, lr=3e-2)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    records = record_syncs(trainer)
+    trainer.train()
+    check_syncs(records, expected=2)
+    version = next(Path(trainer.args.weight_sync_dir).iterdir())
+    names = set()
+    for shard in version.glob("*.safetensors"):
+        with safe_open(str(shard), "pt") as fh:
+            names |= set(fh.keys())
+    assert {"model.embed_tokens.weight", "lm_head.weight"} <= names
+    # control: perturb the shared embedding, save it the usual way, reload -> stale output layer on the server
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(1.5)
+    usual = tmp_path / "usual"
+    model.save_pretrained(str(usual))
+    restore_base(tied_server["url"], str(usual))
+    stale = (server_logprobs(trainer.vllm_generation.vllm_client) - trainer_logprobs(model)).abs()
+    print(f"\nsave_pretrained + reload with tied embeddings: mean/max |d log p| {float(stale.mean()):.4f} / "
+          f"{float(stale.max()):.4f}")
+    assert float(stale.mean()) > 10 * TOL

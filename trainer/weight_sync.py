@@ -183,7 +183,7 @@ class DiskSync:
             writer.add(name, cpu)
             if self.tied is not None and name in self.tied:  # the shared tensor under its other name too
                 other = self.tied[1] if name == self.tied[0] else self.tied[0]
-                writer.add(other, cpu)
+                writer.add(other, cpu.clone())  # safetensors refuses two names on one storage
         writer.close()
         local, remote = self.folders.publish(staging)
         written = time.perf_counter()
