@@ -296,7 +296,8 @@ def test_sync_under_zero3_on_two_processes(server, tmp_path):
     """ZeRO-3, 2 processes (tests/distributed/server_sync.py): the parameters are partitioned, the sync gathers them
     (one at a time; 8 MB shards: 3 here) with every rank taking part, the main process writes. The last version on
     disk equals the gathered weights exactly (bf16-rounded), the adapter file equals the gathered adapter, and the
-    server scores the probe like a plain fp32 copy of those weights."""
+    server scores the probe like a plain fp32 copy of those weights. A sync the server cannot load ends both ranks
+    with a GenerationServerError (the other rank does not wait in the next collective)."""
     import json
     import subprocess
 
@@ -316,6 +317,9 @@ def test_sync_under_zero3_on_two_processes(server, tmp_path):
         d = (torch.tensor(run["server"]) - torch.tensor(run["trainer"])).abs()
         assert float(d.mean()) <= TOL and float(d.max()) <= MAX_TOL, d
         assert len(run["sync_metrics"]) == 2
+    main_msg, other_msg = result["failure"]["messages"]  # a failed sync ends every rank with a named error
+    assert "/v1/load_lora_adapter" in main_msg and "/nonexistent/sync/v000001" in main_msg
+    assert "the main process's weight sync failed" in other_msg and "load_lora_adapter" in other_msg
     print(f"\nZeRO-3 x2: disk {disk['shards']} shards, server vs trainer mean |d log p| "
           f"{float((torch.tensor(disk['server']) - torch.tensor(disk['trainer'])).abs().mean()):.4f}; lora "
           f"{float((torch.tensor(lora['server']) - torch.tensor(lora['trainer'])).abs().mean()):.4f}")

@@ -60,7 +60,21 @@ def server_generation_class(args: Any, kind: str) -> type:
             self.weight_sync = SYNCS[kind](self, base_url, args, info)
 
         def sync_weights(self) -> None:
-            metrics = self.weight_sync.sync()
+            failure, metrics = None, {}
+            try:
+                metrics = self.weight_sync.sync()
+            except Exception as exc:  # shared below: the other ranks would otherwise wait in the next collective
+                failure = exc
+            if self.accelerator.num_processes > 1:
+                from accelerate.utils import broadcast_object_list
+
+                shared = [None if failure is None else f"{type(failure).__name__}: {failure}"]
+                broadcast_object_list(shared, from_process=0)
+                if failure is None and shared[0] is not None:
+                    raise GenerationServerError(self.server_base_url or f"http://{self.server_host}:{self.server_port}",
+                                                f"the main process's weight sync failed ({shared[0]})")
+            if failure is not None:
+                raise failure
             if metrics and self.on_sync is not None:
                 self.on_sync(metrics)
 

@@ -178,12 +178,21 @@ class DiskSync:
         start = time.perf_counter()
         staging = self.folders.staging()
         writer = ShardWriter(staging, self.shard_bytes)
+        failure = None
         for name, tensor in self.generation._iter_named_params():
-            cpu = tensor.detach().to(device="cpu", dtype=self.dtype, copy=True)
-            writer.add(name, cpu)
-            if self.tied is not None and name in self.tied:  # the shared tensor under its other name too
-                other = self.tied[1] if name == self.tied[0] else self.tied[0]
-                writer.add(other, cpu.clone())  # safetensors refuses two names on one storage
+            if failure is not None:
+                continue  # keep walking: under ZeRO-3 every rank must take part in every gather
+            try:
+                cpu = tensor.detach().to(device="cpu", dtype=self.dtype, copy=True)
+                writer.add(name, cpu)
+                if self.tied is not None and name in self.tied:  # the shared tensor under its other name too
+                    other = self.tied[1] if name == self.tied[0] else self.tied[0]
+                    writer.add(other, cpu.clone())  # safetensors refuses two names on one storage
+            except Exception as exc:  # e.g. the shared folder is full or gone
+                failure = exc
+        if failure is not None:
+            raise OSError(f"weight sync (disk): writing version {self.folders.version} into {staging} failed: "
+                          f"{type(failure).__name__}: {failure}") from failure
         writer.close()
         local, remote = self.folders.publish(staging)
         written = time.perf_counter()

@@ -94,6 +94,27 @@ def run(kind: str, url: str, model_dir: str, out: Path, plain, peft_config=None)
     return result
 
 
+def failing_sync(url: str, model_dir: str, out: Path, peft_config) -> dict:
+    """A sync the server cannot load (wrong server-side folder): every rank must raise, none may wait."""
+    from trainer.vllm_server import GenerationServerError
+
+    args = WinnowConfig(output_dir=str(out / "failure"), **{
+        **BASE_ARGS, "use_cpu": False, "ddp_backend": "gloo", "per_device_train_batch_size": 4, "max_steps": 1,
+        "use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": url, "vllm_server_timeout": 60,
+        "weight_sync": "lora", "weight_sync_server_dir": "/nonexistent/sync"})
+    trainer = WinnowGRPOTrainer(model=model_dir, reward_funcs=[reward_token_parity], args=args,
+                                train_dataset=prompt_dataset(), peft_config=peft_config)
+    try:
+        trainer.train()
+    except GenerationServerError as exc:
+        message = str(exc)
+    else:
+        message = None
+    messages = [None, None]
+    torch.distributed.all_gather_object(messages, message)
+    return {"messages": messages}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--url", required=True)
@@ -111,6 +132,7 @@ def main() -> None:
     lora = LoraConfig(r=8, lora_alpha=64, target_modules=LORA_TARGETS)
     results = {"lora": run("lora", a.url, a.model, a.out, plain[1], peft_config=lora)}
     results["disk"] = run("disk", a.url, a.model, a.out, plain[0])
+    results["failure"] = failing_sync(a.url, a.model, a.out, lora)
     if results["disk"]:
         (a.out / "result.json").write_text(json.dumps(results))
 
