@@ -65,8 +65,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         with generation_class(args, sync) if sync in ("disk", "lora") else nullcontext():
             super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
         client = getattr(getattr(self, "vllm_generation", None), "vllm_client", None)
-        if server is not None and client is not None:  # main process only: every request bounded, errors named
-            harden_client(client, args.vllm_request_timeout)
+        if sync == "nccl" and client is not None:  # main process only: every request bounded, errors named
+            harden_client(client, args.vllm_request_timeout)  # (disk/lora: hardened before the first request)
         if sync in ("disk", "lora"):
             self.vllm_generation.on_sync = self._log_weight_sync
         self._stage_needs = stages.required_inputs(args)

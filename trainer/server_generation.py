@@ -29,56 +29,56 @@ def server_generation_class(args: Any, kind: str) -> type:
         def _init_vllm(self) -> None:
             if self.mode != "server":
                 return super()._init_vllm()
-            from accelerate.utils import broadcast_object_list
             from trl.generation.vllm_client import VLLMClient
 
-            base_url = self.server_base_url or f"http://{self.server_host}:{self.server_port}"
+            self.base_url = self.server_base_url or f"http://{self.server_host}:{self.server_port}"
             self.vllm_client, info, failure = None, None, None
             if self.accelerator.is_main_process:
                 try:
-                    wait_for_server(base_url, total_timeout=self.server_timeout)
+                    wait_for_server(self.base_url, total_timeout=self.server_timeout)
                     with http_only_client():
-                        self.vllm_client = VLLMClient(base_url=base_url, group_port=self.group_port,
+                        self.vllm_client = VLLMClient(base_url=self.base_url, group_port=self.group_port,
                                                       connection_timeout=self.server_timeout)
                     harden_client(self.vllm_client, args.vllm_request_timeout)
                     info = self.vllm_client.get_server_info()
-                except Exception as exc:  # re-raised below, after the other ranks learned about it
+                except Exception as exc:  # re-raised by raise_on_every_rank, after the other ranks learned of it
                     failure = exc
-            # Only the main process talks to the server; the others must fail with it, not wait in a collective.
-            shared = [None if failure is None else f"{type(failure).__name__}: {failure}", info]
-            if self.accelerator.num_processes > 1:
-                broadcast_object_list(shared, from_process=0)
-            if failure is not None:
-                raise failure
-            if shared[0] is not None:
-                raise GenerationServerError(base_url, f"the main process could not reach the server ({shared[0]})")
-            info = shared[1]
+            info = raise_on_every_rank(self.accelerator, failure, self.base_url,
+                                       "the main process could not reach the server", info)
             if kind == "lora":
                 problems = lora_problems(self.model, info)
                 if problems:
                     raise ConfigError("weight_sync", "; ".join(problems), "see the README, \"vLLM server mode\"")
-            self.weight_sync = SYNCS[kind](self, base_url, args, info)
+            self.weight_sync = SYNCS[kind](self, self.base_url, args, info)
 
         def sync_weights(self) -> None:
             failure, metrics = None, {}
             try:
                 metrics = self.weight_sync.sync()
-            except Exception as exc:  # shared below: the other ranks would otherwise wait in the next collective
+            except Exception as exc:  # shared: the other ranks would otherwise wait in the next collective
                 failure = exc
-            if self.accelerator.num_processes > 1:
-                from accelerate.utils import broadcast_object_list
-
-                shared = [None if failure is None else f"{type(failure).__name__}: {failure}"]
-                broadcast_object_list(shared, from_process=0)
-                if failure is None and shared[0] is not None:
-                    raise GenerationServerError(self.server_base_url or f"http://{self.server_host}:{self.server_port}",
-                                                f"the main process's weight sync failed ({shared[0]})")
-            if failure is not None:
-                raise failure
+            raise_on_every_rank(self.accelerator, failure, self.base_url, "the main process's weight sync failed")
             if metrics and self.on_sync is not None:
                 self.on_sync(metrics)
 
     return ServerGeneration
+
+
+def raise_on_every_rank(accelerator: Any, failure: BaseException | None, base_url: str, what: str,
+                        payload: Any = None) -> Any:
+    """Only the main process talks to the server: share its failure (or ``payload``) with every rank. The main
+    process re-raises its own exception; the others raise a GenerationServerError "``what`` (<the failure>)"
+    instead of waiting in the next collective. Returns the main process's ``payload`` on every rank."""
+    shared = [None if failure is None else f"{type(failure).__name__}: {failure}", payload]
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(shared, from_process=0)
+    if failure is not None:
+        raise failure
+    if shared[0] is not None:
+        raise GenerationServerError(base_url, f"{what} ({shared[0]})")
+    return shared[1]
 
 
 @contextmanager

@@ -152,14 +152,34 @@ def _vllm_name(generation: Any, name: str) -> str:
     return generation._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
 
 
-class DiskSync:
-    """``weight_sync: disk``: full weights through a shared folder and the server's ``reload_weights`` RPC."""
+class VersionedSync:
+    """What the disk and lora syncs share: one version folder per sync, written by the main process, then loaded by
+    the server with one POST, the prefix cache reset, older versions pruned, the timings returned as metrics."""
 
-    kind = "disk"
-
-    def __init__(self, generation: Any, base_url: str, args: Any, server_info: dict | None):
+    def __init__(self, generation: Any, base_url: str, args: Any, keep: int):
         self.generation, self.base_url, self.timeout = generation, base_url, args.vllm_request_timeout
         self.is_main = generation.accelerator.is_main_process
+        self.folders = VersionFolders(args.weight_sync_dir, args.weight_sync_server_dir, keep) if self.is_main else None
+
+    def load(self, staging: str, start: float, nbytes: int, endpoint: str,
+             payload: Callable[[str], dict], what: str) -> dict[str, float]:
+        """Publish ``staging``, have the server load it (``payload`` of its server-side path), reset the prefix
+        cache and prune; return the sync's metrics (``start`` = when writing began)."""
+        _, remote = self.folders.publish(staging)
+        written = time.perf_counter()
+        post_once(self.base_url, endpoint, payload(remote), self.timeout, f"{what} from {remote}")
+        post_once(self.base_url, "/reset_prefix_cache", None, self.timeout, "reset_prefix_cache")
+        loaded = time.perf_counter()
+        self.folders.prune()
+        return {"weight_sync/seconds": loaded - start, "weight_sync/write_seconds": written - start,
+                "weight_sync/load_seconds": loaded - written, "weight_sync/megabytes": nbytes / 2**20}
+
+
+class DiskSync(VersionedSync):
+    """``weight_sync: disk``: full weights through a shared folder and the server's ``reload_weights`` RPC."""
+
+    def __init__(self, generation: Any, base_url: str, args: Any, server_info: dict | None):
+        super().__init__(generation, base_url, args, keep=1)
         self.shard_bytes = args.weight_sync_shard_mb * 2**20
         dtype = args.weight_sync_dtype
         if dtype == "auto":
@@ -167,7 +187,6 @@ class DiskSync:
             dtype = server_dtype if server_dtype in DTYPES else "float32"
         self.dtype = DTYPES[dtype]
         self.tied = tied_embedding_names(generation.model, lambda n: _vllm_name(generation, n))
-        self.folders = VersionFolders(args.weight_sync_dir, args.weight_sync_server_dir, keep=1) if self.is_main else None
 
     def sync(self) -> dict[str, float]:
         """Write, publish and load one version (collective under ZeRO-3: every rank walks the parameters)."""
@@ -194,31 +213,21 @@ class DiskSync:
             raise OSError(f"weight sync (disk): writing version {self.folders.version} into {staging} failed: "
                           f"{type(failure).__name__}: {failure}") from failure
         writer.close()
-        local, remote = self.folders.publish(staging)
-        written = time.perf_counter()
-        post_once(self.base_url, "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": remote}},
-                  self.timeout, f"reload_weights from {remote}")
-        post_once(self.base_url, "/reset_prefix_cache", None, self.timeout, "reset_prefix_cache")
-        loaded = time.perf_counter()
-        self.folders.prune()
-        return {"weight_sync/seconds": loaded - start, "weight_sync/write_seconds": written - start,
-                "weight_sync/load_seconds": loaded - written, "weight_sync/megabytes": writer.total_bytes / 2**20}
+        return self.load(staging, start, writer.total_bytes, "/collective_rpc",
+                         lambda path: {"method": "reload_weights", "kwargs": {"weights_path": path}}, "reload_weights")
 
 
-class LoraSync:
+class LoraSync(VersionedSync):
     """``weight_sync: lora``: the PEFT adapter alone, hot-swapped in place on the server (no merge)."""
 
-    kind = "lora"
-
     def __init__(self, generation: Any, base_url: str, args: Any, server_info: dict | None):
-        self.generation, self.base_url, self.timeout = generation, base_url, args.vllm_request_timeout
+        # keep 2: the version before the newest stays readable while the server may still load it lazily
+        super().__init__(generation, base_url, args, keep=2)
         self.name = args.weight_sync_lora_name
-        self.is_main = generation.accelerator.is_main_process
         model = generation.model
         self.adapter = model.active_adapter
         self.config = model.peft_config[self.adapter]
         self.params = [p for n, p in model.named_parameters() if ".lora_" in n]
-        self.folders = VersionFolders(args.weight_sync_dir, args.weight_sync_server_dir, keep=2) if self.is_main else None
 
     def sync(self) -> dict[str, float]:
         """Write the adapter and load it in place under ``self.name`` (collective under ZeRO-3)."""
@@ -235,18 +244,12 @@ class LoraSync:
         staging = self.folders.staging()
         save_file(state, os.path.join(staging, "adapter_model.safetensors"), metadata={"format": "pt"})
         self.config.save_pretrained(staging)
-        local, remote = self.folders.publish(staging)
-        written = time.perf_counter()
-        post_once(self.base_url, "/v1/load_lora_adapter",
-                  {"lora_name": self.name, "lora_path": remote, "load_inplace": True}, self.timeout,
-                  f"load_lora_adapter {self.name!r} from {remote}")
-        post_once(self.base_url, "/reset_prefix_cache", None, self.timeout, "reset_prefix_cache")
-        self.generation.vllm_client.model = self.name  # every later request samples from the adapter
-        loaded = time.perf_counter()
-        self.folders.prune()  # keeps this version and the one before (the server may still read it lazily)
         nbytes = sum(t.numel() * t.element_size() for t in state.values())
-        return {"weight_sync/seconds": loaded - start, "weight_sync/write_seconds": written - start,
-                "weight_sync/load_seconds": loaded - written, "weight_sync/megabytes": nbytes / 2**20}
+        metrics = self.load(staging, start, nbytes, "/v1/load_lora_adapter",
+                            lambda path: {"lora_name": self.name, "lora_path": path, "load_inplace": True},
+                            f"load_lora_adapter {self.name!r}")
+        self.generation.vllm_client.model = self.name  # every later request samples from the adapter
+        return metrics
 
 
 def lora_problems(model: Any, server_info: dict | None) -> list[str]:
