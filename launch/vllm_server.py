@@ -30,6 +30,8 @@ from typing import Sequence
 import requests
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))  # trainer.* from a checkout without installing (imported lazily: cheap start)
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the only values vLLM accepts for --max-lora-rank
 LOG_TAIL_LINES = 40
 PROBE_TIMEOUT = 2.0  # per /health probe: a server that accepts but never answers must not stall the wait
@@ -194,26 +196,23 @@ def stop_server(pid: int, timeout: float = 30.0) -> None:
 
 
 def wait_ready(base_url: str, timeout: float, process=None) -> float:
-    """Poll ``GET {base_url}/health`` until it answers 200; return the seconds waited.
+    """Poll ``GET {base_url}/health`` until it answers 200 (trainer/vllm_server.py's bounded wait, each probe within
+    ``PROBE_TIMEOUT``); return the seconds waited. Raises ServerStartError when ``timeout`` passes or ``process``
+    (a Popen) exits first."""
+    from trainer.vllm_server import GenerationServerError, wait_for_server
 
-    Each probe is bounded by ``PROBE_TIMEOUT``, so the whole wait is bounded by ``timeout`` (plus one probe at
-    most). Raises ServerStartError when ``timeout`` passes or ``process`` (a Popen) exits first."""
     start = time.monotonic()
     url = base_url.rstrip("/") + "/health"
-    while True:
+    try:
+        return wait_for_server(base_url, total_timeout=timeout, retry_interval=0.25, request_timeout=PROBE_TIMEOUT,
+                               process=process)
+    except GenerationServerError:
         elapsed = time.monotonic() - start
-        if process is not None and process.poll() is not None:
-            raise ServerStartError(f"server process exited with code {process.returncode} after {elapsed:.1f} s "
-                                   f"before {url} answered", returncode=process.returncode, elapsed=elapsed)
-        remaining = timeout - elapsed
-        if remaining <= 0:
-            raise ServerStartError(f"{url} did not answer 200 within {timeout:.0f} s", elapsed=elapsed)
-        try:
-            if requests.get(url, timeout=min(PROBE_TIMEOUT, max(remaining, 0.1))).status_code == 200:
-                return time.monotonic() - start
-        except requests.RequestException:
-            pass  # not listening yet / still loading: keep polling
-        time.sleep(min(0.25, max(timeout - (time.monotonic() - start), 0)))
+        returncode = process.poll() if process is not None else None
+        if returncode is not None:
+            raise ServerStartError(f"server process exited with code {returncode} after {elapsed:.1f} s before {url} "
+                                   "answered", returncode=returncode, elapsed=elapsed) from None
+        raise ServerStartError(f"{url} did not answer 200 within {timeout:.0f} s", elapsed=elapsed) from None
 
 
 def _log_tail(path: str, offset: int, lines: int = LOG_TAIL_LINES) -> str:
@@ -291,7 +290,6 @@ def _settings_from_recipe(path: str) -> dict:
     if recipe.get("model_name_or_path"):
         name = str(recipe["model_name_or_path"])
         if name.startswith("offline:"):  # importing trainer.recipe costs seconds (TRL), only when needed
-            sys.path.insert(0, str(REPO_ROOT))
             from trainer.recipe import resolve_model_path
 
             name = resolve_model_path(name)

@@ -32,6 +32,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 import requests
@@ -118,19 +119,24 @@ def request_budget(request_timeout: float, retry: Retry | int | None = None,
 
 
 def wait_for_server(base_url: str, total_timeout: float, retry_interval: float = 2.0,
-                    request_timeout: float = 10.0) -> float:
+                    request_timeout: float = 10.0, process: Any = None) -> float:
     """Poll ``GET {base_url}/health`` until it answers 200; return the seconds waited.
 
     Each probe carries a timeout of ``min(request_timeout, time left)``, so a server that accepts connections but
     never answers cannot hang this (TRL's ``check_server`` has no timeout). Connection errors, timeouts and non-200
     statuses (vLLM answers 503 while loading) are all retried every ``retry_interval`` seconds, each retry logged at
     INFO on ``trainer.vllm_server``. Raises :class:`GenerationServerError` when the next retry would start past
-    ``total_timeout``; worst case about ``total_timeout + request_timeout`` seconds."""
+    ``total_timeout``; worst case about ``total_timeout + request_timeout`` seconds. ``process`` (a ``Popen`` that
+    started the server, for launchers): stop waiting as soon as it has exited."""
     url = f"{base_url.rstrip('/')}/health"
     start = time.monotonic()
     attempt = 0
     while True:
         attempt += 1
+        if process is not None and process.poll() is not None:
+            raise GenerationServerError(url, (
+                f"the server process exited with code {process.returncode} after {time.monotonic() - start:.1f}s, "
+                "before it answered"))
         left = total_timeout - (time.monotonic() - start)
         per_request = max(min(request_timeout, left), 0.05)  # never 0: requests treats 0 as non-blocking
         try:
