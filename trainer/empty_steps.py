@@ -114,8 +114,9 @@ def _deepspeed_optimizer(trainer: Any) -> Any | None:
     return None if engine is None else engine.engine.optimizer
 
 
-def _arm_skip(trainer: Any) -> None:
-    """Make the next optimizer step of ``trainer`` a no-op (once)."""
+def _arm_skip(trainer: Any, overflow: bool = False) -> None:
+    """Make the next optimizer step of ``trainer`` a no-op (once). ``overflow``: the step is skipped because a
+    loss or gradient is non-finite, which an fp16 GradScaler must count as an overflow (see _end_scaler_iteration)."""
     zero_optimizer = _deepspeed_optimizer(trainer)
     if zero_optimizer is not None:
         _arm_zero_skip(zero_optimizer)
@@ -124,9 +125,31 @@ def _arm_skip(trainer: Any) -> None:
 
     def skipped_step(*args: Any, **kwargs: Any) -> None:
         del optimizer.step  # back to the class's step for the next call
+        scaler = getattr(optimizer, "scaler", None)
+        if scaler is not None and scaler.is_enabled():
+            _end_scaler_iteration(scaler, optimizer.optimizer, overflow)
         optimizer._is_overflow = True  # -> accelerator.optimizer_step_was_skipped: HF Trainer keeps the LR
 
     optimizer.step = skipped_step
+
+
+def _end_scaler_iteration(scaler: Any, inner: Any, overflow: bool) -> None:
+    """What accelerate's step does with an fp16 GradScaler (``scaler.step`` + ``scaler.update``), minus the update.
+
+    Replacing ``AcceleratedOptimizer.step`` would otherwise skip ``scaler.update()``: the scaler would keep this
+    iteration's per-optimizer state (the next ``unscale_`` -- HF Trainer's gradient clipping -- raises) and never
+    back off after an overflow. A non-finite skip is recorded as the overflow it is, and the scaler's own update
+    backs off (scale x backoff_factor, growth tracker reset) exactly as after a normal overflow step. An empty
+    step has no gradient that could overflow: the iteration ends with the scale and growth tracker unchanged."""
+    if scaler._scale is None:  # nothing was scaled yet (no backward ran): no iteration to end
+        return
+    if overflow:
+        scale = scaler._scale
+        # the record scaler.step() leaves for an optimizer whose gradients overflowed (private, no public setter)
+        scaler._per_optimizer_states[id(inner)]["found_inf_per_device"] = {scale.device: torch.ones_like(scale)}
+        scaler.update()
+    else:
+        scaler.update(new_scale=scaler._scale.clone())
 
 
 def _reset_skip_flag(trainer: Any) -> None:

@@ -65,7 +65,7 @@ class NonFiniteGuard:
     def _arm(self, trainer: Any, reason: str) -> None:
         self._reason = reason
         self.skipped_steps += 1
-        _arm_skip(trainer)
+        _arm_skip(trainer, overflow=True)
         step = trainer.state.global_step + 1
         logger.warning(
             "winnow-rl: step %d: %s; the optimizer step is skipped (weights, optimizer state and LR schedule "
