@@ -2,8 +2,10 @@
 
 A loss variant computes its own per-token policy loss and hands the rest back to TRL's conventions:
 ``policy_forward`` is TRL's own log-prob pass; ``finish`` applies vLLM importance-sampling correction, TRL's
-reference KL (k3, exactly once), batch compaction's row scale, TRL's normaliser for ``loss_type`` (train mode,
-gradient accumulation included) and the static entropy bonus, and logs TRL's ``entropy`` / ``kl``.
+reference KL (``reference_kl``: k3, exactly once, times the importance ratio when ``use_bias_correction_kl``, as
+TRL does), batch compaction's row scale, TRL's normaliser for ``loss_type`` (train mode, gradient accumulation
+included), the static entropy bonus and an MoE model's router load-balancing loss, and logs TRL's ``entropy`` /
+``kl`` / ``aux_loss``.
 """
 
 from __future__ import annotations
@@ -29,13 +31,20 @@ UNSUPPORTED = {
 @dataclass
 class PolicyPass:
     """One micro-batch through the policy: per-token log-probs (with grad), entropies, loss mask, per-token
-    advantages, old log-probs (TRL's, or the detached current ones on-policy)."""
+    advantages, old log-probs (TRL's, or the detached current ones on-policy), and the MoE router's
+    load-balancing loss (None unless TRL's ``aux_loss_enabled``)."""
 
     logp: torch.Tensor
     entropies: torch.Tensor
     mask: torch.Tensor
     A: torch.Tensor
     old: torch.Tensor
+    aux_loss: torch.Tensor | None = None
+
+
+# The multimodal inputs TRL's _compute_loss forwards to _get_per_token_logps_and_entropies (TRL 1.16).
+MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                   "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
 
 
 def policy_forward(trainer: Any, model: Any, inputs: dict[str, Any]) -> PolicyPass:
@@ -44,17 +53,19 @@ def policy_forward(trainer: Any, model: Any, inputs: dict[str, Any]) -> PolicyPa
     mask = inputs["completion_mask"]
     if "tool_mask" in inputs:
         mask = mask * inputs["tool_mask"]
-    logp, entropies, _ = trainer._get_per_token_logps_and_entropies(
+    logp, entropies, aux_loss = trainer._get_per_token_logps_and_entropies(
         model,
         torch.cat([prompt_ids, completion_ids], dim=1),
         torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
         completion_ids.size(1),
         compute_entropy=True,
+        compute_aux_loss=trainer.aux_loss_enabled,
+        **{key: inputs.get(key) for key in MULTIMODAL_KEYS},
     )
     A = inputs["advantages"]
     A = (A.unsqueeze(1) if A.dim() == 1 else A).expand_as(logp)
     old = inputs.get("old_per_token_logps")
-    return PolicyPass(logp, entropies, mask, A, logp.detach() if old is None else old)
+    return PolicyPass(logp, entropies, mask, A, logp.detach() if old is None else old, aux_loss)
 
 
 def ppo_token_loss(p: PolicyPass, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
@@ -81,13 +92,12 @@ def normalise(trainer: Any, per_token_loss: torch.Tensor, mask: torch.Tensor, in
 
 
 def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-    """The micro-batch loss from a per-token policy loss, with TRL's corrections, KL, normaliser and bonus."""
+    """The micro-batch loss from a per-token policy loss, with TRL's corrections, KL, normaliser, bonus and aux loss."""
     args = trainer.args
     if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
         per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
     if trainer.beta != 0.0:
-        ref = inputs["ref_per_token_logps"]
-        per_token_kl = torch.exp(ref - p.logp) - (ref - p.logp) - 1  # TRL's k3 estimator, added once
+        per_token_kl = reference_kl(trainer, p, inputs)
         per_token_loss = per_token_loss + trainer.beta * per_token_kl
         trainer._metrics["train"]["kl"].append(global_mean(trainer, per_token_kl, p.mask))
     scale = inputs.get("winnow_loss_scale")
@@ -98,8 +108,24 @@ def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: di
     if entropy_coef:
         bonus = (p.entropies * p.mask).sum() / p.mask.sum().clamp(min=1.0) / trainer.current_gradient_accumulation_steps
         loss = loss - entropy_coef * bonus
+    if trainer.aux_loss_enabled:  # MoE load balancing, as TRL adds it (scaled for gradient accumulation only)
+        loss = loss + trainer.router_aux_loss_coef * p.aux_loss / trainer.current_gradient_accumulation_steps
+        trainer._metrics["train"]["aux_loss"].append(trainer.accelerator.gather_for_metrics(p.aux_loss).mean().item())
     trainer._metrics["train"]["entropy"].append(global_mean(trainer, p.entropies, p.mask))
     return loss
+
+
+def reference_kl(trainer: Any, p: PolicyPass, inputs: dict[str, Any]) -> torch.Tensor:
+    """TRL 1.16's per-token reference KL, exactly as ``GRPOTrainer._compute_loss`` writes it: the k3 estimator
+    ``exp(ref - logp) - (ref - logp) - 1``, multiplied by the (differentiable, unclipped) importance ratio
+    ``exp(logp - old)`` when ``use_bias_correction_kl`` (TRL's default; the ratio changes the gradient even
+    on-policy, where its value is 1). ``use_bias_correction_kl: false`` is verl's ``low_var_kl`` (no ratio,
+    also clamped to [-10, 10] there; the clamp is not reproduced)."""
+    ref = inputs["ref_per_token_logps"]
+    per_token_kl = torch.exp(ref - p.logp) - (ref - p.logp) - 1
+    if trainer.args.use_bias_correction_kl:
+        per_token_kl = per_token_kl * torch.exp(p.logp - p.old)
+    return per_token_kl
 
 
 def global_mean(trainer: Any, x: torch.Tensor, mask: torch.Tensor) -> float:
