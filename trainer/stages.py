@@ -121,6 +121,8 @@ def required_inputs(args: Any) -> frozenset[str]:
         needs = stage.needs(args) if callable(stage.needs) else stage.needs
         _check_needs(stage.name, needs)
         out |= frozenset(needs)
+    if can_remove_rollouts(args) and getattr(args, "log_entropy_before_selection", False):
+        out |= {"entropies"}  # stages/entropy_before_selection (run_pipeline)
     return out
 
 
@@ -197,6 +199,15 @@ def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
     metrics["stages/kept_rollouts"] = float(kept)
     metrics["stages/kept_ratio"] = kept / batch.N
     metrics["stages/kept_groups_ratio"] = kept_groups / batch.P
+    if batch.entropies is not None:  # every sampled rollout, before selection (GRPODropout Fig. 2a)
+        tokens = batch.mask.sum()
+        if float(tokens) > 0:
+            live = torch.where(batch.mask > 0, batch.entropies.double(), 0.0)
+            metrics["stages/entropy_before_selection"] = float(live.sum() / tokens)
+    R = batch.R
+    trained = keep & ~torch.isnan(R)
+    if bool(trained.any()):  # TRL's `reward` is over the generated batch; this one over the rows trained on
+        metrics["stages/kept_reward_mean"] = float(R[trained].mean())
     # Rollouts with no loss token (mask_truncated_completions, an episode with no model token) and groups made
     # only of them: kept in TRL's reward statistics, never trained, left out of every stage's group statistic.
     untrainable = ~batch.trainable
