@@ -92,7 +92,11 @@ def completion_values(trainer: Any, ids: torch.Tensor, cm: torch.Tensor, tool_ma
     eos_and_pad = torch.tensor([*trainer.eos_token_ids, pad], device=ids.device)
     last = ids.gather(1, (span - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     truncated = (span == 0) | ~torch.isin(last, eos_and_pad)
-    lengths = tool_mask.sum(dim=1) if tool_mask is not None else torch.where(span > 0, span, (ids != pad).sum(1))
+    listed = torch.where(span > 0, span, (ids != pad).sum(1))  # the row's token list (TRL pads tool masks with 1)
+    in_list = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0) < listed.unsqueeze(1)
+    # A masked truncated row's tool mask was zeroed too; its length then counts every listed token.
+    model_tokens = None if tool_mask is None else (tool_mask.bool() & in_list).sum(1)
+    lengths = listed if model_tokens is None else torch.where(span > 0, model_tokens, listed)
     lengths = lengths.float()
     term = lengths[~truncated] if bool((~truncated).any()) else torch.zeros(1, device=lengths.device)
     return {
