@@ -144,8 +144,9 @@ class PipelineOutput:
 def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
     """Run filter -> dropout -> advantage on ``batch`` and return the combined decision.
 
-    Removal first, then statistics over what is kept (RAGEN's and verl's order: the filter runs before
-    ``compute_advantage``). Each stage and the estimator see only the groups still kept
+    Removal first, then statistics over what is kept (RAGEN's order: the filter runs at
+    mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py L1080, ``compute_advantage`` at L1359; DAPO's dynamic
+    sampling in verl likewise keeps groups before computing advantages). Each stage and the estimator see only the groups still kept
     (:meth:`RolloutBatch.subset`): a group an earlier stage removed -- or one dynamic sampling topped up and
     marked dropped -- is never ranked again and never enters a batch-level statistic (``scale_rewards:
     batch``, ``normalize_then_sum``) nor a stage's telemetry. Whole groups only are removed before the
