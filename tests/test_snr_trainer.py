@@ -139,8 +139,11 @@ def test_filter_off_adds_no_step_logic(tiny_model, tmp_path):
 
 def test_entropy_scores_request_entropies_only_when_needed():
     base = dict(output_dir="/tmp/x", use_cpu=True, bf16=False, report_to="none", num_generations=4)
-    assert "entropies" not in required_inputs(WinnowConfig(**base, rollout_filter="snr"))
-    assert "entropies" in required_inputs(WinnowConfig(**base, rollout_filter="snr", snr_metric="entropy"))
+    quiet = dict(base, log_entropy_before_selection=False)  # that metric needs entropies of its own
+    assert "entropies" not in required_inputs(WinnowConfig(**quiet, rollout_filter="snr"))
+    assert "entropies" in required_inputs(WinnowConfig(**quiet, rollout_filter="snr", snr_metric="entropy"))
+    assert "entropies" in required_inputs(WinnowConfig(**base, rollout_filter="snr"))
+    assert "entropies" not in required_inputs(WinnowConfig(**base))  # off means off: no extra forward
 
 
 def test_entropy_metric_runs_through_trainer(tiny_model, tmp_path):

@@ -99,6 +99,17 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         },
     )
 
+    log_entropy_before_selection: bool = field(
+        default=True,
+        metadata={
+            "help": "When stages can remove rollouts, log stages/entropy_before_selection: the old policy's token "
+            "entropy (sampling temperature) over every rollout of the generation batch, before any is removed "
+            "(GRPODropout Fig. 2a; TRL's 'entropy' covers the trained tokens only). Costs one no-grad forward per "
+            "generation batch where no stage needs one anyway (e.g. old_logps_source: sampler, or the SNR reward "
+            "filter); False skips it."
+        },
+    )
+
     # --- DAPO dynamic sampling (Yu et al. 2025 §3.2) ------------------------------------------------------
     dynamic_sampling: bool = field(
         default=False,

@@ -53,6 +53,9 @@ class DynamicSampler:
         self.trainer = trainer
         self.refills_drawn = 0  # refill batches consumed so far (checkpointed)
         self._iterator = None
+        # Of the last fill: (N,) round * N + row of each row of the trained batch (which generated row it is), or
+        # None when the first batch was used as it came (the trainer's completions table follows it).
+        self.last_sources: torch.Tensor | None = None
 
     # --- refill stream ------------------------------------------------------------------------------
 
@@ -120,6 +123,7 @@ class DynamicSampler:
         P = N // G
         mixed = mixed_groups(self._metric(R_k), G)
         metrics = {"first_batch_mixed_ratio": float(mixed.float().mean())}
+        self.last_sources = None
         if bool(mixed.all()):
             metrics.update(gen_batches=1.0, mixed_groups=float(P), limit_hit=0.0)
             return output, None, metrics
@@ -132,6 +136,7 @@ class DynamicSampler:
             take = mixed.nonzero().squeeze(1)[: P - found]
             rows = (take.unsqueeze(1) * G + torch.arange(G, device=take.device)).flatten()
             glob = self._gather(output, keys, R_k)
+            glob["__source__"] = torch.arange(N, device=R_k.device) + (rounds - 1) * N
             parts.append({k: v[rows] for k, v in glob.items()})
             found += int(take.numel())
             if found == P or rounds >= args.max_num_gen_batches:
@@ -160,6 +165,7 @@ class DynamicSampler:
         keep[: found * G] = True
         merged = _concat_rows(parts, t._tokenizer.pad_token_id)
         t._global_rewards_per_func = merged.pop("__rewards__")
+        self.last_sources = merged.pop("__source__")
         local = self._deal(merged, output)
         metrics.update(gen_batches=float(rounds), mixed_groups=float(found), limit_hit=float(limit_hit),
                        generated_groups=float(generated))

@@ -21,7 +21,7 @@ import torch
 from accelerate import PartialState
 from trl import GRPOTrainer
 
-from . import atomic_checkpoint, stages
+from . import atomic_checkpoint, stages, trained_batch_metrics
 from .collapse import CollapseDetector
 from .compaction import compact
 from .config import ConfigError, WinnowConfig
@@ -97,14 +97,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's generation and scoring, then the stage pipeline on the global batch (training only;
         evaluation keeps TRL's plain GRPO batch)."""
+        marks = trained_batch_metrics.metric_marks(self._metrics["train"])
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training:
             return output
         initial_keep = None
         if self._dynamic is not None:  # DAPO: replace constant-reward groups by newly generated ones
-            output, initial_keep, metrics = self._dynamic.fill(output, super()._generate_and_score_completions)
-            for name, value in metrics.items():
-                self._metrics["train"][f"dynamic_sampling/{name}"].append(value)
+            output, initial_keep = self._dynamic_fill(output, marks)
         step = self.state.global_step + 1
         if self._collapse is not None and self._collapse.due(step):
             # On the unfiltered batch, before any stage removes rollouts (RAGEN's order).
@@ -120,10 +119,35 @@ class WinnowGRPOTrainer(GRPOTrainer):
             B, T = output["completion_ids"].shape
             rank = self.accelerator.process_index
             output[TEACHER_DELTA_KEY] = teacher_gap(batch)[rank * B : (rank + 1) * B, :T].float()
+        trained_batch_metrics.table_advantages(self._logs, decision.advantages, batch.mask)
         self._apply_decision(output, decision)
         for name, value in decision.metrics.items():
             self._metrics["train"][name].append(value)
         return output
+
+    def _dynamic_fill(self, output: dict[str, Any], marks: dict[str, int]):
+        """DAPO's fill (trainer/dynamic_sampling.py), then TRL's per-round metrics and completions table made to
+        describe the trained batch (trainer/trained_batch_metrics.py). Returns (this rank's batch, initial keep)."""
+        N = self._global_rewards_per_func.shape[0]
+        snapshots = [trained_batch_metrics.table_snapshot(self._logs, N)]
+
+        def generate(refill):
+            out = super(WinnowGRPOTrainer, self)._generate_and_score_completions(refill)
+            snapshots.append(trained_batch_metrics.table_snapshot(self._logs, N))
+            return out
+
+        output, keep, metrics = self._dynamic.fill(output, generate)
+        for name, value in metrics.items():
+            self._metrics["train"][f"dynamic_sampling/{name}"].append(value)
+        if self._dynamic.last_sources is not None:  # the batch was assembled: relog it, rebuild the table
+            acc, pad = self.accelerator, self._tokenizer.pad_token_id
+            tool = output.get("tool_mask")
+            kept = torch.ones(N, dtype=torch.bool, device=self._global_rewards_per_func.device) if keep is None else keep
+            trained_batch_metrics.relog_rounds(
+                self, marks, kept, gather_padded(acc, output["completion_ids"], pad),
+                gather_padded(acc, output["completion_mask"]), None if tool is None else gather_padded(acc, tool))
+            trained_batch_metrics.rebuild_table(self._logs, snapshots, self._dynamic.last_sources)
+        return output, keep
 
     def training_step(self, model, inputs, num_items_in_batch):
         """TRL's training step, except for micro-batches of a generation batch whose every rollout was

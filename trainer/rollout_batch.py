@@ -78,6 +78,30 @@ class RolloutBatch:
         """Number of loss tokens per rollout (N,)."""
         return self.mask.sum(dim=1)
 
+    @property
+    def trainable(self) -> torch.Tensor:
+        """(N,) bool: rollouts with at least one loss token. The others (a truncated rollout under
+        ``mask_truncated_completions``, an episode with no model token) keep their reward in the GRPO group
+        statistics, as TRL does, but are never deletion candidates and weigh nothing in a stage's per-group
+        statistic: they are never trained, so they must not set the baseline of rows that are."""
+        return self.mask.sum(dim=1) > 0
+
+    def subset(self, rows: torch.Tensor) -> "RolloutBatch":
+        """The batch restricted to ``rows`` ((N,) bool, whole groups), with the same estimator attached: what a
+        stage sees once earlier stages removed groups (their rows must not enter its ranking or statistics)."""
+        if rows.shape != (self.N,) or bool((self.groups(rows).any(dim=1) != self.groups(rows).all(dim=1)).any()):
+            raise ValueError("RolloutBatch.subset takes an (N,) bool mask of whole groups")
+
+        def pick(t: Any) -> Any:
+            return t[rows] if torch.is_tensor(t) and t.dim() >= 1 and t.shape[0] == self.N else t
+
+        return RolloutBatch(
+            R_k=self.R_k[rows], reward_weights=self.reward_weights, reward_names=self.reward_names, G=self.G,
+            completion_ids=self.completion_ids[rows], mask=self.mask[rows], old_logps=pick(self.old_logps),
+            entropies=pick(self.entropies), extras={k: pick(v) for k, v in self.extras.items()},
+            keep=self.keep[rows], estimate_advantages=self.estimate_advantages,
+        )
+
     def groups(self, x: torch.Tensor) -> torch.Tensor:
         """View a per-rollout tensor (N, ...) as (P, G, ...)."""
         return group_view(x, self.G)

@@ -121,6 +121,8 @@ def required_inputs(args: Any) -> frozenset[str]:
         needs = stage.needs(args) if callable(stage.needs) else stage.needs
         _check_needs(stage.name, needs)
         out |= frozenset(needs)
+    if can_remove_rollouts(args) and getattr(args, "log_entropy_before_selection", False):
+        out |= {"entropies"}  # stages/entropy_before_selection (run_pipeline)
     return out
 
 
@@ -140,7 +142,17 @@ class PipelineOutput:
 
 
 def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
-    """Run filter -> dropout -> advantage on ``batch`` and return the combined decision."""
+    """Run filter -> dropout -> advantage on ``batch`` and return the combined decision.
+
+    Removal first, then statistics over what is kept (RAGEN's order: the filter runs at
+    mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py L1080, ``compute_advantage`` at L1359; DAPO's dynamic
+    sampling in verl likewise keeps groups before computing advantages). Each stage and the estimator see only the groups still kept
+    (:meth:`RolloutBatch.subset`): a group an earlier stage removed -- or one dynamic sampling topped up and
+    marked dropped -- is never ranked again and never enters a batch-level statistic (``scale_rewards:
+    batch``, ``normalize_then_sum``) nor a stage's telemetry. Whole groups only are removed before the
+    estimator; GRPODropout's per-rollout deletion uses the estimator's output (paper eqs. 2-9), so the group
+    statistics stay TRL's over the whole group.
+    """
     metrics: dict[str, float] = {}
     scale = 1.0
     estimator = get_stage("advantage", args.advantage)
@@ -153,13 +165,17 @@ def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
     batch.estimate_advantages = estimate
     for kind in ("rollout_filter", "rollout_dropout"):
         stage = get_stage(kind, getattr(args, kind))
-        result = stage.fn(batch, args)
+        rows = _live_rows(batch)
+        if not bool(rows.any()):
+            continue  # nothing left to rank: a statistic over no group is not taken
+        view = batch if bool(rows.all()) else batch.subset(rows)
+        result = stage.fn(view, args)
         if result.keep is not None:
-            _check_shape(stage, "keep", result.keep, (batch.N,))
-            batch.keep = batch.keep & result.keep.to(torch.bool)
+            _check_shape(stage, "keep", result.keep, (view.N,))
+            batch.keep = batch.keep & _scatter_rows(result.keep.to(torch.bool), rows, batch.N)
         if result.advantages is not None:
-            _check_advantages(stage, result.advantages, batch)
-            batch.advantages = result.advantages
+            _check_advantages(stage, result.advantages, view)
+            batch.advantages = _scatter_rows(result.advantages, rows, batch.N)
         if result.advantage_scale is not None:
             scale *= float(result.advantage_scale)
         _merge_metrics(metrics, stage, result.metrics)
@@ -167,9 +183,14 @@ def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
     if not bool(keep.any()):
         # Nothing left to train on: no estimator call (a group statistic over nothing), zero advantages.
         advantages = torch.zeros_like(batch.R)
+    elif batch.advantages is not None:
+        advantages = batch.advantages
     else:
-        advantages = batch.advantages if batch.advantages is not None else batch.base_advantages()
-        _check_advantages(estimator, advantages, batch)
+        rows = _live_rows(batch)
+        view = batch if bool(rows.all()) else batch.subset(rows)
+        advantages = view.base_advantages()
+        _check_advantages(estimator, advantages, view)
+        advantages = _scatter_rows(advantages, rows, batch.N)
     if scale != 1.0:
         advantages = advantages * scale
     mask = keep if advantages.dim() == 1 else keep.unsqueeze(1)
@@ -179,7 +200,35 @@ def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
     metrics["stages/kept_rollouts"] = float(kept)
     metrics["stages/kept_ratio"] = kept / batch.N
     metrics["stages/kept_groups_ratio"] = kept_groups / batch.P
+    if batch.entropies is not None:  # every sampled rollout, before selection (GRPODropout Fig. 2a)
+        tokens = batch.mask.sum()
+        if float(tokens) > 0:
+            live = torch.where(batch.mask > 0, batch.entropies.double(), 0.0)
+            metrics["stages/entropy_before_selection"] = float(live.sum() / tokens)
+    R = batch.R
+    trained = keep & ~torch.isnan(R)
+    if bool(trained.any()):  # TRL's `reward` is over the generated batch; this one over the rows trained on
+        metrics["stages/kept_reward_mean"] = float(R[trained].mean())
+    # Rollouts with no loss token (mask_truncated_completions, an episode with no model token) and groups made
+    # only of them: kept in TRL's reward statistics, never trained, left out of every stage's group statistic.
+    untrainable = ~batch.trainable
+    metrics["stages/untrainable_rollouts"] = float(untrainable.sum())
+    metrics["stages/untrainable_groups"] = float(batch.groups(untrainable).all(dim=1).sum())
     return PipelineOutput(keep=keep, advantages=advantages, metrics=metrics)
+
+
+def _live_rows(batch: RolloutBatch) -> torch.Tensor:
+    """(N,) bool: the rows of every group with at least one kept rollout."""
+    return batch.groups(batch.keep).any(dim=1).repeat_interleave(batch.G)
+
+
+def _scatter_rows(values: torch.Tensor, rows: torch.Tensor, N: int) -> torch.Tensor:
+    """``values`` of the selected ``rows`` placed into an (N, ...) tensor, zero (False) elsewhere."""
+    if values.shape[0] == N:
+        return values
+    out = torch.zeros((N, *values.shape[1:]), dtype=values.dtype, device=values.device)
+    out[rows] = values
+    return out
 
 
 def _merge_metrics(out: dict[str, float], stage: Stage, metrics: dict[str, float]) -> None:

@@ -6,6 +6,12 @@ prompt groups of G rollouts (``grpo.group_view`` of the flat batch). Symbols fol
 ``A`` advantages A^(g), ``s`` surprisals s_g, ``h`` entropy contributions h_g, ``keep`` the
 indicator of I_keep.
 
+``valid`` (P, G) bool marks rollouts with at least one loss token. A rollout without one (a truncated
+rollout under ``mask_truncated_completions``, an episode with no model token) has no surprisal -- its
+s = 0 would be "probability 1" -- and is never trained, so it is no deletion candidate (h = 0, always
+kept), and s_bar, the tolerance and the recentering weights are taken over the valid rollouts only. Its
+advantage, from TRL's group statistics that include its reward, is recentered like the others'.
+
 Sums that decide a sign are taken in float64 whatever the input dtype. The test "sum_{g in I} h_g >= 0"
 (eq. 4) is evaluated as ``sum_I h >= -tol`` with the tolerance of :func:`sum_tolerance`:
 ``tol = rtol * (1/G) * sum_g |A_g| (|s_g| + |s_bar|)``, an upper bound on |h_g| summed over the group,
@@ -60,26 +66,49 @@ def sequence_surprisal(per_token_logps: torch.Tensor, mask: torch.Tensor, basis:
     return (-total).to(torch.promote_types(per_token_logps.dtype, torch.float32))
 
 
-def entropy_contributions(advantages: torch.Tensor, surprisal: torch.Tensor) -> torch.Tensor:
+def _valid(valid: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    if valid is None:
+        return torch.ones(like.shape, dtype=torch.bool, device=like.device)
+    if valid.shape != like.shape:
+        raise ValueError(f"valid {tuple(valid.shape)} must match advantages {tuple(like.shape)}")
+    return valid.bool()
+
+
+def surprisal_mean(surprisal: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    """s_bar (P, 1) float64: the group mean of s over its valid rollouts (0 for a group with none)."""
+    s = surprisal.to(torch.float64)
+    v = _valid(valid, s)
+    return torch.where(v, s, 0.0).sum(dim=1, keepdim=True) / v.sum(dim=1, keepdim=True).clamp(min=1)
+
+
+def entropy_contributions(
+    advantages: torch.Tensor, surprisal: torch.Tensor, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """First-order entropy contribution of each rollout, eq. (2) with H(pi_old) estimated by s_bar.
 
-    ``h_g = A_g (s_g - s_bar) / G``, s_bar the mean over the original group; ``sum_g h_g`` is
-    Cov_g(A_g, s_g) of eq. (3) when sum_g A_g = 0. Returned as float64 (P, G).
+    ``h_g = A_g (s_g - s_bar) / G``, s_bar the mean over the original group (its valid rollouts);
+    ``sum_g h_g`` is Cov_g(A_g, s_g) of eq. (3) when sum_g A_g = 0. h = 0 for a rollout that is not
+    ``valid``. Returned as float64 (P, G).
     """
     A, s = _as64(advantages, surprisal)
-    return A * (s - s.mean(dim=1, keepdim=True)) / s.shape[1]
+    v = _valid(valid, A)
+    return torch.where(v, A * (s - surprisal_mean(s, v)), 0.0) / s.shape[1]
 
 
-def sum_tolerance(advantages: torch.Tensor, surprisal: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
+def sum_tolerance(
+    advantages: torch.Tensor, surprisal: torch.Tensor, rtol: float | None = None, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-group tolerance (P,) float64 for the sign test ``sum_I h >= 0`` (see the module docstring).
 
     ``tol = rtol * (1/G) * sum_g |A_g| (|s_g| + |s_bar|)``; ``rtol`` defaults to 8 machine epsilons of
-    the inputs' promoted dtype, so it tracks how precisely A and s were given (fp32: ~9.5e-7).
+    the inputs' promoted dtype, so it tracks how precisely A and s were given (fp32: ~9.5e-7). Sums over
+    the ``valid`` rollouts.
     """
     if rtol is None:
         rtol = 8 * torch.finfo(torch.promote_types(advantages.dtype, surprisal.dtype)).eps
     A, s = _as64(advantages, surprisal)
-    scale = (A.abs() * (s.abs() + s.mean(dim=1, keepdim=True).abs())).sum(dim=1) / s.shape[1]
+    v = _valid(valid, A)
+    scale = torch.where(v, A.abs() * (s.abs() + surprisal_mean(s, v).abs()), 0.0).sum(dim=1) / s.shape[1]
     return rtol * scale
 
 
@@ -104,6 +133,7 @@ def select_rollouts(
     surprisal: torch.Tensor,
     delete: str = "positive",
     rtol: float | None = None,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Retained set I_keep of each group: eq. (4) solved greedily, then eq. (7).
 
@@ -112,17 +142,18 @@ def select_rollouts(
     negative h_g minimises the removed sum over all k-subsets, so the first feasible k gives the
     maximum-cardinality I of eq. (4) (and, among those, the largest sum_I h). Only h_g < 0 rollouts
     are ever removed, so zero-contribution rollouts (A = 0, or s_g = s_bar) always stay. Then removed
-    rollouts are restored per ``delete`` (:func:`restore_removed`).
+    rollouts are restored per ``delete`` (:func:`restore_removed`). Rollouts that are not ``valid`` have
+    h = 0 and are always kept.
 
     Args:
-        advantages, surprisal: (P, G) float tensors.
+        advantages, surprisal: (P, G) float tensors; valid: (P, G) bool or None (all valid).
     Returns:
         (P, G) bool keep mask.
     """
     if delete not in DELETE_KINDS:
         raise ValueError(f"delete must be one of {DELETE_KINDS}, got {delete!r}")
-    h = entropy_contributions(advantages, surprisal)
-    tol = sum_tolerance(advantages, surprisal, rtol)
+    h = entropy_contributions(advantages, surprisal, valid)
+    tol = sum_tolerance(advantages, surprisal, rtol, valid)
     order = torch.sort(h, dim=1, stable=True).indices  # ascending h, ties in index order
     h_sorted = h.gather(1, order)
     # kept_sum[:, k] = sum of h over I after removing the k first (most negative); kept_sum[:, G] = 0.
@@ -138,6 +169,7 @@ def balanced_push_select(
     surprisal: torch.Tensor,
     eps: float = 1e-12,
     min_keep: int | None = None,
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The released code's selector (``balanced_push_zero``), deterministic and without its fallbacks' flaws.
 
@@ -155,15 +187,19 @@ def balanced_push_select(
     subset (e.g. the first m rows) would only change the loss normaliser by the arbitrary row order
     -- or, when A != 0 with equal s, discard real gradient signal.
 
+    Rollouts that are not ``valid`` are in no class (never counted towards m, never backfill) and always kept;
+    s_bar is over the valid ones.
+
     Returns:
         (P, G) bool keep mask. Compose with :func:`restore_removed` for the ``balance_neg``-style restoration.
     """
     A, s = _as64(advantages, surprisal)
+    v = _valid(valid, A)
     G = A.shape[1]
     m = min(G, max(1, G // 4) if min_keep is None else int(min_keep))
-    push = A * (s - s.mean(dim=1, keepdim=True))
+    push = torch.where(v, A * (s - surprisal_mean(s, v)), 0.0)
     pos, neg = push > eps, push < -eps
-    zero = ~(pos | neg)
+    zero = ~(pos | neg) & v
     keep = pos.clone()
     total = torch.where(pos, push, 0.0).sum(dim=1, keepdim=True)
     # negatives first, closest to zero first (push descending), ties in index order
@@ -178,11 +214,11 @@ def balanced_push_select(
     need = (m - keep.sum(dim=1, keepdim=True)).clamp(min=0)
     no_pos = ~pos.any(dim=1, keepdim=True)  # single sign, negatives only: none of them kept yet
     keep |= neg & no_pos & (rank < need)
-    keep |= zero.all(dim=1, keepdim=True)
-    return keep
+    keep |= (zero | ~v).all(dim=1, keepdim=True)
+    return keep | ~v
 
 
-def _kept_weights(s: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+def _kept_weights(s: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:  # keep: the rows that carry weight
     """softmax(-s) over each group's kept rollouts (P, G) float64; 0 outside I and for empty I.
 
     Shifted by min_I s, so every exponent is <= 0 and the largest weight's is exactly 0: no overflow,
@@ -199,22 +235,25 @@ def recenter(
     surprisal: torch.Tensor,
     keep: torch.Tensor,
     mode: str = "prob_weighted",
+    valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Recentre the original advantages of the retained set, eq. (9) and the Table 2 ablations.
 
     ``"prob_weighted"``: ``b = sum_{g in I} e^{-s_g} A_g / sum_{g in I} e^{-s_g}``, computed as the
     softmax of -s over I (never raw exponentials, so s ~ 1e4 neither under- nor overflows);
     ``"mean"``: b = equal-weight mean of A over I; ``"none"``: b = 0. Output ``A_g - b`` for g in I and
-    0 for removed rollouts (so groups with empty I are all zero). Same dtype as ``advantages``.
+    0 for removed rollouts (so groups with empty I are all zero). Same dtype as ``advantages``. The baseline
+    b is over the kept ``valid`` rollouts (b = 0 when there is none); every kept rollout gets ``A - b``.
     """
     if mode not in RECENTER_MODES:
         raise ValueError(f"mode must be one of {RECENTER_MODES}, got {mode!r}")
     A, s = _as64(advantages, surprisal)
     keep = keep.bool()
+    weighted = keep & _valid(valid, A)
     if mode == "prob_weighted":
-        b = (_kept_weights(s, keep) * A).sum(dim=1, keepdim=True)
+        b = (_kept_weights(s, weighted) * A).sum(dim=1, keepdim=True)
     elif mode == "mean":
-        b = torch.where(keep, A, 0.0).sum(dim=1, keepdim=True) / keep.sum(dim=1, keepdim=True).clamp(min=1)
+        b = torch.where(weighted, A, 0.0).sum(dim=1, keepdim=True) / weighted.sum(dim=1, keepdim=True).clamp(min=1)
     else:
         b = torch.zeros_like(A[:, :1])
     return torch.where(keep, A - b, 0.0).to(advantages.dtype)
@@ -225,13 +264,16 @@ def dropout_metrics(
     surprisal: torch.Tensor,
     keep: torch.Tensor,
     recentered: torch.Tensor,
+    valid: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """Selection telemetry for one batch of (P, G) groups (python floats).
+    """Selection telemetry for one batch of (P, G) groups (python floats), over the ``valid`` rollouts
+    (those with a loss token; every one when None).
 
     - ``retained_per_question``: mean kept count over groups with any non-zero advantage (Figure 2c);
       NaN when there is no such group -- aggregate across steps/ranks with ``retained_sum`` /
       ``nonzero_groups`` instead.
-    - ``kept_ratio``: kept / (P G).  ``groups_with_deletion``: groups with at least one removed rollout.
+    - ``kept_ratio``: kept / valid rollouts.  ``groups_with_deletion``: groups with at least one removed
+      rollout.  ``untrainable_groups``: groups with no valid rollout (nothing to select; kept as they are).
     - ``h_sum_before``: group mean of sum_g h_g (= Cov(A, s), eq. 3); ``h_sum_after``: group mean of
       sum_{g in I} h_g with the original s_bar (the eq. 4 constraint); ``h_sum_recentered``: the same
       with the recentered advantages (the entropy proxy of the update actually applied).
@@ -240,26 +282,29 @@ def dropout_metrics(
       every I is empty).
     """
     A, s = _as64(advantages, surprisal)
-    keep = keep.bool()
+    v = _valid(valid, A)
+    kept = keep.bool() & v
     R = recentered.to(torch.float64)
     G = A.shape[1]
-    gap = s - s.mean(dim=1, keepdim=True)
+    gap = torch.where(v, s - surprisal_mean(s, v), 0.0)
     h = A * gap / G
-    counts = keep.sum(dim=1).to(torch.float64)
-    nonzero = (A != 0).any(dim=1)
-    nonempty = keep.any(dim=1)
+    counts = kept.sum(dim=1).to(torch.float64)
+    nonzero = (v & (A != 0)).any(dim=1)
+    nonempty = kept.any(dim=1)
     n_nonzero = int(nonzero.sum())
     retained_sum = float(counts[nonzero].sum())
-    after = (_kept_weights(s, keep) * R).sum(dim=1)[nonempty]
+    after = (_kept_weights(s, kept) * R).sum(dim=1)[nonempty]
+    n_valid = int(v.sum())
     return {
         "retained_per_question": retained_sum / n_nonzero if n_nonzero else math.nan,
         "retained_sum": retained_sum,
         "nonzero_groups": float(n_nonzero),
-        "kept_ratio": float(counts.sum() / keep.numel()) if keep.numel() else math.nan,
-        "groups_with_deletion": float((~keep).any(dim=1).sum()),
+        "kept_ratio": float(counts.sum() / n_valid) if n_valid else math.nan,
+        "groups_with_deletion": float((v & ~keep.bool()).any(dim=1).sum()),
+        "untrainable_groups": float((~v).all(dim=1).sum()),
         "h_sum_before": float(h.sum(dim=1).mean()),
-        "h_sum_after": float(torch.where(keep, h, 0.0).sum(dim=1).mean()),
-        "h_sum_recentered": float(torch.where(keep, R * gap / G, 0.0).sum(dim=1).mean()),
-        "weighted_adv_mean_before": float((_kept_weights(s, torch.ones_like(keep)) * A).sum(dim=1).mean()),
+        "h_sum_after": float(torch.where(kept, h, 0.0).sum(dim=1).mean()),
+        "h_sum_recentered": float(torch.where(kept, R * gap / G, 0.0).sum(dim=1).mean()),
+        "weighted_adv_mean_before": float((_kept_weights(s, v) * A).sum(dim=1).mean()),
         "weighted_adv_mean_after": float(after.mean()) if after.numel() else math.nan,
     }

@@ -31,12 +31,14 @@ def grpodropout(batch: RolloutBatch, args: Any) -> StageResult:
     logps = torch.where(batch.mask > 0, batch.old_logps, torch.zeros_like(batch.old_logps))
     s = batch.groups(sequence_surprisal(logps, batch.mask, basis=args.dropout_surprisal_basis))
     A_pg = batch.groups(A)
+    # Rollouts without a loss token are never trained: no deletion candidates, no weight in s_bar or b.
+    valid = batch.groups(batch.trainable)
     if args.dropout_selector == "balanced_push":
-        keep = balanced_push_select(A_pg, s)
+        keep = balanced_push_select(A_pg, s, valid=valid)
     else:
-        keep = select_rollouts(A_pg, s, delete=args.dropout_delete)
-    A_bar = recenter(A_pg, s, keep, mode=args.dropout_recenter)
+        keep = select_rollouts(A_pg, s, delete=args.dropout_delete, valid=valid)
+    A_bar = recenter(A_pg, s, keep, mode=args.dropout_recenter, valid=valid)
     # Undefined metrics (e.g. retained per question when every group has zero advantage) are NaN; leave them
     # out rather than let one NaN erase the logged mean of a whole logging window.
-    metrics = {k: v for k, v in dropout_metrics(A_pg, s, keep, A_bar).items() if math.isfinite(v)}
+    metrics = {k: v for k, v in dropout_metrics(A_pg, s, keep, A_bar, valid).items() if math.isfinite(v)}
     return StageResult(keep=keep.reshape(-1), advantages=A_bar.reshape(-1), metrics=metrics)

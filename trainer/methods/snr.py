@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ..algorithms.snr_filter import filter_loss_scale, group_scores, select_groups, selection_metrics
 from ..rollout_batch import RolloutBatch
 from ..stages import StageResult, register_stage
@@ -26,16 +28,24 @@ def snr_needs(args: Any) -> frozenset[str]:
 @register_stage("rollout_filter", "snr", needs=snr_needs, group_level=True, metric_prefix="snr")
 def snr_filter(batch: RolloutBatch, args: Any) -> StageResult:
     """Keep mask of the SNR-aware filter on the global batch, plus its telemetry (``snr/*``)."""
+    # Rollouts without a loss token have no entropy and no length to score: NaN, which the group statistics leave
+    # out (their rewards stay in the reward scores, as in TRL's group statistics).
+    trainable = batch.trainable
+    nan = torch.full_like(batch.lengths, float("nan"))
     entropies = None
     if args.snr_metric in ENTROPY_METRICS:
         # Per-rollout token-mean entropy over the loss tokens (env tokens and padding excluded).
         token_mean = (batch.entropies * batch.mask).sum(dim=1) / batch.lengths.clamp(min=1)
-        entropies = batch.groups(token_mean)
-    scores = group_scores(
-        batch.groups(batch.R), metric=args.snr_metric, entropies=entropies, lengths=batch.groups(batch.lengths)
-    )
-    selected = select_groups(
-        scores,
+        entropies = batch.groups(torch.where(trainable, token_mean, nan))
+    lengths = batch.groups(torch.where(trainable, batch.lengths, nan))
+    scores = group_scores(batch.groups(batch.R), metric=args.snr_metric, entropies=entropies, lengths=lengths)
+    # A group with no trainable rollout carries no gradient: it is not ranked (it would take a top-k slot or top-p
+    # mass from a group that trains) and is named in the metrics.
+    untrainable = ~batch.groups(trainable).any(dim=1)
+    ranked = ~untrainable
+    selected = torch.zeros_like(ranked)
+    selected[ranked] = select_groups(
+        scores[ranked],
         strategy=args.snr_strategy,
         value=args.snr_value,
         top_p_mode=args.snr_top_p_mode,
@@ -44,8 +54,10 @@ def snr_filter(batch: RolloutBatch, args: Any) -> StageResult:
         eps=args.snr_eps,
     )
     scale = filter_loss_scale(int(selected.sum()), batch.P, args.snr_loss_scaling)
+    metrics = selection_metrics(scores, selected)
+    metrics["untrainable_groups"] = float(untrainable.sum())
     return StageResult(
         keep=selected.repeat_interleave(batch.G),
-        metrics=selection_metrics(scores, selected),
+        metrics=metrics,
         advantage_scale=None if scale == 1.0 else scale,
     )

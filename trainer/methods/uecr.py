@@ -40,6 +40,17 @@ def task_rewards(batch: RolloutBatch) -> torch.Tensor:
     return torch.where(torch.isnan(R), mean, R).reshape(-1)
 
 
+def teacher_scores(batch: RolloutBatch) -> torch.Tensor:
+    """R_T per rollout (N,) float64. A rollout without a loss token has no teacher evidence (its token mean would
+    read 0, a fabricated score): it takes the mean R_T of its group's rollouts that have one, so it moves neither
+    the group's R_T mean nor its range; a group with none gets 0 throughout (no teacher contrast)."""
+    R_T = teacher_score(teacher_gap(batch), batch.mask).double()
+    valid = batch.groups(batch.trainable)
+    grouped = batch.groups(R_T)
+    mean = torch.where(valid, grouped, 0.0).sum(1, keepdim=True) / valid.sum(1, keepdim=True).clamp(min=1)
+    return torch.where(valid, grouped, mean).reshape(-1)
+
+
 def _masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     values = x[mask.bool()].double()
     if values.numel() == 0:
@@ -52,20 +63,22 @@ def _masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str,
 def utility(batch: RolloutBatch, args: Any) -> dict[str, Any]:
     """PUU's decomposed group advantages (N,) and the telemetry they share with ECR."""
     delta = teacher_gap(batch)
-    R_T = teacher_score(delta, batch.mask)
+    R_T = teacher_scores(batch)
     R_task = task_rewards(batch)
     combine = puu if args.uecr_normalization == "joint" else separate_normalization
     parts = combine(batch.groups(R_task), batch.groups(R_T.double()), alpha=args.uecr_alpha, eps=args.uecr_eps)
     flat = {k: v.reshape(-1) for k, v in parts.items()}
-    empty = batch.lengths == 0
+    empty = ~batch.trainable
+    scored = R_T[~empty]  # telemetry over the rollouts that carry teacher evidence
     metrics = {
-        "teacher_reward_mean": float(R_T.mean()),
-        "teacher_reward_std": float(R_T.double().std(unbiased=False)),
+        **({"teacher_reward_mean": float(scored.mean()), "teacher_reward_std": float(scored.std(unbiased=False))}
+           if scored.numel() else {}),
         "A_task_U_abs_mean": float(flat["A_task_U"].abs().mean()),
         "A_T_U_abs_mean": float(flat["A_T_U"].abs().mean()),
         "A_U_abs_mean": float(flat["A_U"].abs().mean()),
         "decomposition_error": _decomposition_error(parts, args) if args.uecr_normalization == "joint" else 0.0,
         "empty_completions": float(empty.sum()),
+        "untrainable_groups": float(batch.groups(empty).all(dim=1).sum()),
         **_masked_stats("delta", delta, batch.mask),
         **_masked_stats("teacher_entropy", batch.extras["teacher_entropy"], batch.mask),
         **{k: float(v) for k, v in audit_metrics(batch.groups(R_task), parts["R_U"], batch.groups(R_T.double())).items()},

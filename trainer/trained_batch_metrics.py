@@ -1,0 +1,138 @@
+"""Logged metrics and the completions table that describe the batch that was trained.
+
+TRL logs ``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/<name>/*`` and ``completions/*`` once per
+call of its generation-and-scoring step, and fills the completions table (``_logs``) with that call's rows and its
+own GRPO advantages. With DAPO dynamic sampling that step runs once per generation *round*, so the logged means
+average rounds whose groups were discarded, and the table shows the last round. Here the per-round values move to
+``dynamic_sampling/all_rounds/<name>`` (what was generated) and the original names get the values of the trained
+batch (the mixed groups kept; dropped top-up groups excluded), computed with TRL's own formulas; the table's rows
+are the trained batch's, and its advantages are the stage pipeline's (what the loss uses), not TRL's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from trl.trainer.utils import nanstd
+
+from .algorithms.grpo import grpo_advantages, normalize_then_sum_advantages, total_reward
+
+ROUND_PREFIXES = ("completions/", "rewards/")
+ROUND_KEYS = frozenset({"reward", "reward_std", "frac_reward_zero_std"})
+ALL_ROUNDS = "dynamic_sampling/all_rounds/"
+TABLE_COLUMNS = ("prompt", "completion")
+
+
+def is_round_metric(name: str) -> bool:
+    """Whether TRL appends ``name`` once per generation-and-scoring call (so once per dynamic-sampling round)."""
+    return name in ROUND_KEYS or name.startswith(ROUND_PREFIXES)
+
+
+def metric_marks(metrics: dict[str, list[float]]) -> dict[str, int]:
+    """Length of every per-round metric list now: the values appended later belong to this generation batch."""
+    return {k: len(v) for k, v in metrics.items() if is_round_metric(k)}
+
+
+def table_snapshot(logs: dict[str, Any], n: int) -> dict[str, Any]:
+    """The last ``n`` rows of TRL's completions table (one generation round's rows)."""
+    snap = {k: list(logs[k])[-n:] for k in TABLE_COLUMNS}
+    snap["rewards"] = {k: list(v)[-n:] for k, v in logs["rewards"].items()}
+    snap["extra"] = {k: list(v)[-n:] for k, v in logs["extra"].items()}
+    return snap
+
+
+def relog_rounds(trainer: Any, marks: dict[str, int], kept: torch.Tensor, completion_ids: torch.Tensor,
+                 completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> None:
+    """Move the per-round values appended since ``marks`` to ``dynamic_sampling/all_rounds/*`` and log the trained
+    batch's under TRL's names. ``kept`` (N,) bool: the trained rows (whole groups) of the merged global batch, whose
+    rewards are ``trainer._global_rewards_per_func``; ``completion_ids`` / ``completion_mask`` / ``tool_mask``: its
+    gathered (right-padded) tensors."""
+    metrics = trainer._metrics["train"]
+    for name in [k for k in metrics if is_round_metric(k)]:
+        new = metrics[name][marks.get(name, 0):]
+        del metrics[name][marks.get(name, 0):]
+        metrics[ALL_ROUNDS + name].extend(new)
+    if not bool(kept.any()):
+        return  # nothing trained: no statistic over no row
+    for name, value in trained_values(trainer, kept, completion_ids, completion_mask, tool_mask).items():
+        metrics[name].append(value)
+
+
+def trained_values(trainer: Any, kept: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                   tool_mask: torch.Tensor | None) -> dict[str, float]:
+    """TRL's per-round metrics (trl/trainer/grpo_trainer.py ``_generate_and_score_completions``) over the kept rows."""
+    args, G = trainer.args, trainer.num_generations
+    R_k = trainer._global_rewards_per_func[kept]
+    weights = trainer.reward_weights.to(R_k.device)
+    R = total_reward(R_k, weights)
+    if trainer.multi_objective_aggregation == "normalize_then_sum":
+        _, sigma = normalize_then_sum_advantages(R_k, weights, G)
+    else:
+        _, sigma = grpo_advantages(R, G, scale_rewards=args.scale_rewards)
+    out = {}
+    for i, name in enumerate(trainer.reward_func_names):
+        out[f"rewards/{name}/mean"] = torch.nanmean(R_k[:, i]).item()
+        out[f"rewards/{name}/std"] = nanstd(R_k[:, i]).item()
+    out["reward"] = torch.nanmean(R).item()
+    out["reward_std"] = nanstd(R).item()
+    out["frac_reward_zero_std"] = torch.isclose(sigma, torch.zeros_like(sigma)).float().mean().item()
+    out.update(completion_values(trainer, completion_ids[kept], completion_mask[kept],
+                                 None if tool_mask is None else tool_mask[kept]))
+    return out
+
+
+def completion_values(trainer: Any, ids: torch.Tensor, cm: torch.Tensor, tool_mask: torch.Tensor | None) -> dict[str, float]:
+    """``completions/*`` over rows of a right-padded batch (ids, completion mask, tool/env mask or None). TRL measures the token lists before padding; here a
+    row's list is its completion-mask span (TRL's mask is 1 exactly there), and a row whose mask
+    ``mask_truncated_completions`` zeroed is truncated, with its non-pad tokens as its length. Lengths count model
+    tokens only when a tool/env mask exists, as TRL does."""
+    pad = trainer._tokenizer.pad_token_id
+    span = cm.sum(dim=1).long()
+    eos_and_pad = torch.tensor([*trainer.eos_token_ids, pad], device=ids.device)
+    last = ids.gather(1, (span - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    truncated = (span == 0) | ~torch.isin(last, eos_and_pad)
+    listed = torch.where(span > 0, span, (ids != pad).sum(1))  # the row's token list (TRL pads tool masks with 1)
+    in_list = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0) < listed.unsqueeze(1)
+    # A masked truncated row's tool mask was zeroed too; its length then counts every listed token.
+    model_tokens = None if tool_mask is None else (tool_mask.bool() & in_list).sum(1)
+    lengths = listed if model_tokens is None else torch.where(span > 0, model_tokens, listed)
+    lengths = lengths.float()
+    term = lengths[~truncated] if bool((~truncated).any()) else torch.zeros(1, device=lengths.device)
+    return {
+        "completions/mean_length": lengths.mean().item(),
+        "completions/min_length": lengths.min().item(),
+        "completions/max_length": lengths.max().item(),
+        "completions/clipped_ratio": truncated.float().mean().item(),
+        "completions/mean_terminated_length": term.mean().item(),
+        "completions/min_terminated_length": term.min().item(),
+        "completions/max_terminated_length": term.max().item(),
+    }
+
+
+def rebuild_table(logs: dict[str, Any], snapshots: list[dict[str, Any]], sources: torch.Tensor) -> None:
+    """Refill the completions table with the trained batch's rows: ``sources[i]`` = round * n + row of each row of
+    the merged batch, ``snapshots[round]`` that round's rows (:func:`table_snapshot`)."""
+    n = len(snapshots[0]["prompt"])
+    picks = [(int(s) // n, int(s) % n) for s in sources.tolist()]
+    for key in TABLE_COLUMNS:
+        logs[key].clear()
+        logs[key].extend(snapshots[r][key][i] for r, i in picks)
+    for group in ("rewards", "extra"):
+        for name, column in logs[group].items():
+            if all(name in snap[group] and len(snap[group][name]) == n for snap in snapshots):
+                column.clear()
+                column.extend(snapshots[r][group][name][i] for r, i in picks)
+
+
+def table_advantages(logs: dict[str, Any], advantages: torch.Tensor, mask: torch.Tensor) -> None:
+    """The table's advantage column := the pipeline's per-rollout advantages (a per-token advantage is shown as its
+    mean over the rollout's loss tokens), global row order."""
+    if advantages.dim() == 2:
+        m = mask.to(advantages.dtype)
+        advantages = (advantages * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
+    values = advantages.tolist()
+    column = logs["advantages"]
+    for _ in range(min(len(values), len(column))):
+        column.pop()
+    column.extend(values)
