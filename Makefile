@@ -21,7 +21,11 @@ export HF_HUB_OFFLINE := 1
 export TRL_EXPERIMENTAL_SILENCE := 1
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= offline
+# DeepSpeed's CPU accelerator only where there is no GPU: on a GPU host `make test` must not force DeepSpeed onto the CPU.
+HAVE_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_GPU),)
 export DS_ACCELERATOR ?= cpu
+endif
 
 DEMO_RECIPE ?= configs/demo/smollm2-arithmetic.yaml
 DEMO_OUT ?= outputs/demo/smollm2-arithmetic
