@@ -346,7 +346,8 @@ def _fail(message: str) -> None:
 
 
 def _settings_from_recipe(path: str) -> dict:
-    """Server settings from a recipe YAML: model, port, max_model_len, lora_rank."""
+    """Server settings from a recipe YAML: model, port, max_model_len (absent when the recipe bounds neither the prompt
+    nor the context), lora_rank."""
     import yaml
 
     if not Path(path).is_file():
@@ -373,9 +374,10 @@ def _settings_from_recipe(path: str) -> dict:
         out["port"] = urlparse(str(recipe["vllm_server_base_url"])).port or 8000
     if recipe.get("vllm_max_model_length") is not None:
         out["max_model_len"] = int(recipe["vllm_max_model_length"])
-    else:
-        # TRL 1.16's GRPOConfig has no max_prompt_length; ours bounds prompts with max_prompt_tokens. Else 512.
-        prompt = recipe.get("max_prompt_length", recipe.get("max_prompt_tokens")) or 512
+    elif recipe.get("max_prompt_length", recipe.get("max_prompt_tokens")) is not None:
+        # TRL 1.16's GRPOConfig has no max_prompt_length; ours bounds prompts with max_prompt_tokens. No guess without
+        # one: a longer prompt would get HTTP 400 from the server mid-run (main() refuses instead).
+        prompt = recipe.get("max_prompt_length", recipe.get("max_prompt_tokens"))
         completion = recipe.get("max_completion_length")
         if completion is None:
             from trl import GRPOConfig
@@ -439,6 +441,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     settings = _settings_from_recipe(args.config) if args.config else {}
+    if args.config and not args.max_model_len and "max_model_len" not in settings:
+        _fail(f"--config {args.config} bounds neither prompts nor the context, so the server's --max-model-len would "
+              "be a guess and a longer request would fail mid-run; set max_prompt_tokens (single-turn: longer prompts "
+              "are dropped) or vllm_max_model_length in the recipe, or pass --max-model-len")
     model = args.model or settings.get("model")
     if not model:
         _fail("--model: no model given; pass --model DIR_OR_HUB_ID or --config RECIPE.yaml with model_name_or_path")
