@@ -131,3 +131,17 @@ def test_bf16_policy_passes_with_deepspeed_or_lora_or_fp32(tmp_path, monkeypatch
     checks.check_master_weights(config(tmp_path, model_init_kwargs={"dtype": "float32"}), "m", None)
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")  # what `accelerate launch` sets for a DeepSpeed config
     checks.check_master_weights(args, "m", None)
+
+
+# --- item 5: the world size is checked before anything loads -----------------------------------------------------
+
+def test_wrong_process_count_fails_before_model_load(tmp_path):
+    """A recipe sized for 4 processes launched on 1: the launch_processes error comes before the tokenizer or the
+    model is read (the model path does not exist)."""
+    from trl import ModelConfig
+
+    from trainer.recipe import TaskArguments, build_trainer
+
+    with pytest.raises(ConfigError, match=r"launch_processes.*4 training processes.*has 1"):
+        build_trainer(TaskArguments(launch_processes=4), config(tmp_path),
+                      ModelConfig(model_name_or_path=str(tmp_path / "no-such-model")))
