@@ -102,15 +102,18 @@ def _recipe_path(argv: list[str]) -> str:
 
 def accelerate_launch(path: str | None, recipe_text: str) -> tuple[str | None, int | None, int]:
     """(accelerate config path, its process count, ZeRO stage: 0 = DDP/none) -- from ``path``, else the first
-    ``--config_file`` the recipe's header comment names."""
+    ``--config_file`` the recipe's header comment names (with the ``--num_processes`` that follows it there)."""
+    header_processes = None
     if path is None:
         match = re.search(r"--config_file\s+(\S+\.yaml)", recipe_text)
         path = match.group(1) if match else None
+        override = re.search(r"--config_file\s+\S+\.yaml\s*\\?\s*#?\s*--num_processes\s+(\d+)", recipe_text)
+        header_processes = int(override.group(1)) if override else None
     if path is None or not (REPO / path).is_file() and not Path(path).is_file():
-        return path, None, 0
+        return path, header_processes, 0
     file = Path(path) if Path(path).is_file() else REPO / path
     cfg = yaml.safe_load(file.read_text()) or {}
-    processes = int(cfg.get("num_processes", 1)) * int(cfg.get("num_machines", 1))
+    processes = header_processes or int(cfg.get("num_processes", 1)) * int(cfg.get("num_machines", 1))
     stage = 0
     if cfg.get("distributed_type") == "DEEPSPEED":
         ds = cfg.get("deepspeed_config") or {}
