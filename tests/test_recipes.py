@@ -428,3 +428,14 @@ def test_yaml_numbers_written_as_strings_still_parse(tmp_path):
     ok.write_text("model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\nlearning_rate: 1e-6\n")
     _, args, _ = parse_recipe(["--config", str(ok)])
     assert args.learning_rate == 1e-6
+
+
+@pytest.mark.parametrize("rel", sorted(RAGEN_RECIPES))
+def test_ragen_recipe_updates_and_empty_stop_follow_upstream(rel):
+    """RAGEN takes ceil(kept rollouts / ppo_mini_batch_size 32) optimizer steps per iteration
+    (mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py:1190-1200) and stops after
+    rollout_filter_empty_stop_steps = 5 empty iterations (config/base.yaml:66)."""
+    _, args, _ = parse_here(ROOT / rel)
+    assert args.filtered_updates == "proportional"
+    assert args.snr_empty_stop_steps == 5
+    assert resolved(ROOT / rel)["rollouts_per_optimizer_step"] == 32

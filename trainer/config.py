@@ -326,8 +326,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     def __post_init__(self) -> None:
         self._validate_winnow()
         super().__post_init__()
-        self._validate_checkpoint_alignment()
         self._validate_filtered_updates()
+        self._validate_checkpoint_alignment()
 
     def _validate_filtered_updates(self) -> None:
         """'proportional' fills whole optimizer steps, so no step may span two generation batches (TRL has
