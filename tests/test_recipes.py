@@ -451,3 +451,14 @@ def test_paper_recipe_uses_its_authors_kl_form(rel):
     assert args.beta == beta, f"{rel}: beta {args.beta}, the authors' KL coefficient is {beta}"
     if form == "low_var_kl":
         assert args.use_bias_correction_kl is False, f"{rel}: verl's low_var_kl has no ratio factor"
+
+
+@pytest.mark.parametrize("rel", sorted(RAGEN_RECIPES))
+def test_ragen_recipe_updates_and_empty_stop_follow_upstream(rel):
+    """RAGEN takes ceil(kept rollouts / ppo_mini_batch_size 32) optimizer steps per iteration
+    (mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py:1190-1200) and stops after
+    rollout_filter_empty_stop_steps = 5 empty iterations (config/base.yaml:66)."""
+    _, args, _ = parse_here(ROOT / rel)
+    assert args.filtered_updates == "proportional"
+    assert args.snr_empty_stop_steps == 5
+    assert resolved(ROOT / rel)["rollouts_per_optimizer_step"] == 32

@@ -183,7 +183,7 @@ def test_stage_state_survives_a_checkpoint(tiny_model, tmp_path):
                   save_strategy="steps", save_steps=1)
     first = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, max_steps=2, **common)
     first.train()
-    assert first._empty_steps.consecutive_empty == 1
+    assert first._empty_steps.consecutive_empty_generations == 1
     ema = dict(first._collapse._ema)
     assert ema and first._collapse._next_due == 3
 

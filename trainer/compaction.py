@@ -65,11 +65,15 @@ def compact(
     pad_token_id: int,
     steps_per_generation: int,
     micro_batch_rows: int,
+    rows_per_step: int | None = None,
 ) -> dict[str, Any] | None:
     """This rank's compacted share of the generation batch (collective: every rank must call it).
 
     ``keep`` (N,) and ``advantages`` (N,) or (N, T) are the pipeline's global decision; ``output`` is TRL's
-    local batch dict. Returns the new dict, or None when the batch cannot be compacted."""
+    local batch dict. ``rows_per_step`` is the rows of each local micro-batch (default: the fewest that spread
+    this rank's share over all micro-steps; trainer/step_dealing.py sizes it per ``filtered_updates``). The
+    result marks the rank's kept rows (``winnow_kept``). Returns the new dict, or None when the batch cannot
+    be compacted."""
     keys = row_keys(output)
     if keys is None:
         return None
@@ -88,7 +92,8 @@ def compact(
 
     mine = kept[rank::world]
     per_rank = max(1, math.ceil(K / world))
-    rows_per_step = math.ceil(per_rank / steps_per_generation)
+    if rows_per_step is None:
+        rows_per_step = math.ceil(per_rank / steps_per_generation)
     size = rows_per_step * steps_per_generation
     filler = kept[0] if K else torch.tensor(0, device=keep.device)
     rows = torch.cat([mine, filler.repeat(size - mine.numel())])
@@ -99,6 +104,7 @@ def compact(
     new = {key: glob[key][rows] for key in keys}
     new.update({k: v for k, v in output.items() if k not in new and torch.is_tensor(v) and v.dim() == 0})
     new["tool_mask"] = new["tool_mask"] * weight.unsqueeze(1)
+    new["winnow_kept"] = weight > 0
     A = advantages[rows]
     if A.dim() == 2:
         A = A[:, : new["completion_ids"].shape[1]]

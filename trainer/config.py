@@ -15,6 +15,7 @@ from .algorithms.grpo import STD_KINDS
 from .algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
 from .config_server import ServerFields, validate_server_fields
 from .config_teacher import TeacherFields, validate_teacher_fields
+from .step_dealing import FILTERED_UPDATES
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
 DROPOUT_DELETE = ("positive", "negative", "both")
@@ -259,9 +260,22 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     snr_empty_stop_steps: int = field(
         default=5,
         metadata={
-            "help": "Stop training after this many consecutive optimizer steps with nothing to train on (every "
-            "rollout filtered or dropped; such a step is skipped: weights, optimizer moments and the LR schedule do "
-            "not move). 0 never stops."
+            "help": "Stop training after this many consecutive generation batches (rollout-update iterations, as "
+            "RAGEN counts) with nothing to train on (every rollout filtered or dropped); the stop and its save land "
+            "at the end of the batch. Empty optimizer steps are skipped (weights, optimizer moments and the LR "
+            "schedule do not move) but only whole empty batches count. 0 never stops."
+        },
+    )
+    filtered_updates: str = field(
+        default="fixed",
+        metadata={
+            "help": "Optimizer steps a generation batch takes after stages removed rollouts. 'fixed': always "
+            "steps_per_generation x num_iterations / gradient_accumulation_steps, the kept rollouts dealt evenly "
+            "over them (a step is empty only if fewer rollouts than steps were kept). 'proportional' (RAGEN's "
+            "agent_trainer.py adjust_batch): the kept rollouts fill whole steps of per_device_train_batch_size x "
+            "gradient_accumulation_steps x processes rollouts, ceil(kept / that) updates, each the mean over its "
+            "own rollouts (no duplicated rows); the remaining steps are skipped and do not count as empty. Logged "
+            "as stages/updates_per_generation (trainer/step_dealing.py)."
         },
     )
 
@@ -323,7 +337,20 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     def __post_init__(self) -> None:
         self._validate_winnow()
         super().__post_init__()
+        self._validate_filtered_updates()
         self._validate_checkpoint_alignment()
+
+    def _validate_filtered_updates(self) -> None:
+        """'proportional' fills whole optimizer steps, so no step may span two generation batches (TRL has
+        resolved steps_per_generation by now)."""
+        if self.filtered_updates == "proportional" and self.steps_per_generation % self.gradient_accumulation_steps:
+            raise ConfigError(
+                "filtered_updates",
+                f"'proportional' fills whole optimizer steps of a generation batch, but steps_per_generation "
+                f"{self.steps_per_generation} is not a multiple of gradient_accumulation_steps "
+                f"{self.gradient_accumulation_steps} (a step would span two batches)",
+                "make steps_per_generation a multiple of gradient_accumulation_steps, or use filtered_updates: fixed",
+            )
 
     def _validate_checkpoint_alignment(self) -> None:
         """A checkpoint inside a generation batch cannot resume exactly: TRL keeps the batch's remaining
@@ -365,6 +392,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             ("snr_loss_scaling", LOSS_SCALING),
             ("dynamic_sampling_on_limit", ON_LIMIT),
             ("collapse_turns", ("first", "all")),
+            ("filtered_updates", FILTERED_UPDATES),
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")

@@ -9,14 +9,21 @@ so do we, and we define "skip" the way HF Trainer treats a skipped fp16-overflow
 - weights, optimizer moments and the optimizer's step counter do not change;
 - the LR scheduler does not advance (HF Trainer only steps it when ``optimizer_step_was_skipped`` is
   False), so the schedule continues from where it was on the next real update;
-- ``global_step`` does advance: the skipped step is one of ``max_steps`` (one rollout-update iteration
-  spent, as in RAGEN's ``total_training_steps``), and it is logged (``stages/empty_step`` = 1).
+- ``global_step`` does advance: the skipped step is one of ``max_steps``, and it is logged
+  (``stages/empty_step`` = 1).
 
-Detection is per optimizer step, not per generation batch: TRL shuffles a generation batch and splits it
-over ``steps_per_generation`` micro-steps, so with ``steps_per_generation > gradient_accumulation_steps``
-one optimizer step can be empty while another of the same generation is not. The loss-token count of every
-micro-batch of the accumulation window is summed over processes at the window's last micro-batch (one
-scalar all-reduce that every rank reaches), before its forward -- DeepSpeed steps inside ``backward``.
+Skipping is per optimizer step, stopping per generation batch. TRL splits a generation batch over
+``steps_per_generation`` micro-steps, so with ``steps_per_generation > gradient_accumulation_steps`` one
+optimizer step can be empty while another of the same batch is not: trainer/step_dealing.py deals the kept
+rollouts so that this happens only when the batch kept fewer rollouts than it has steps (or, with
+``filtered_updates: proportional``, for the steps beyond ceil(kept / mini-batch)). Such a step is skipped
+but does not count: ``snr_empty_stop_steps`` counts consecutive generation batches with nothing to train on
+(RAGEN counts iterations: mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py, consecutive_empty_filtered_steps),
+and the stop -- with its checkpoint -- waits for the last optimizer step of the batch, so the save lands
+on a generation-batch boundary like every other checkpoint (trainer/config.py's save_steps check). The
+loss-token count of every micro-batch of the accumulation window is summed over processes at the window's
+last micro-batch (one scalar all-reduce that every rank reaches), before its forward -- DeepSpeed steps
+inside ``backward``.
 
 Backends: plain PyTorch / DDP (the accelerate-wrapped optimizer's ``step`` becomes a no-op once) and
 DeepSpeed ZeRO 1-3 (the ZeRO optimizer takes its own overflow path once: gradients cleared, no update,
@@ -35,13 +42,24 @@ logger = logging.getLogger(__name__)
 
 
 class EmptyStepGuard:
-    """Counts loss tokens per accumulation window and skips the optimizer step of an empty window."""
+    """Skips the optimizer step of an accumulation window without loss tokens; counts empty generation
+    batches for the stop."""
 
     def __init__(self, stop_after: int):
-        self.stop_after = stop_after  # consecutive empty steps before training stops; 0 = never
-        self.consecutive_empty = 0
+        self.stop_after = stop_after  # consecutive empty generation batches before training stops; 0 = never
+        self.consecutive_empty_generations = 0
         self.skipped_steps = 0
+        self.window_ends_generation = False  # the step about to be taken is the last of its generation batch
         self._window_tokens = 0.0
+
+    def observe_generation(self, trainer: Any, empty: bool, updates: int) -> None:
+        """Account one new generation batch: ``empty`` when no kept rollout has a loss token (the same on
+        every rank: the decision is global), ``updates`` its optimizer steps that hold kept rollouts."""
+        self.consecutive_empty_generations = self.consecutive_empty_generations + 1 if empty else 0
+        metrics = trainer._metrics["train"]
+        metrics["stages/empty_generation"].append(float(empty))
+        metrics["stages/consecutive_empty_generations"].append(float(self.consecutive_empty_generations))
+        metrics["stages/updates_per_generation"].append(float(updates))
 
     def observe(self, trainer: Any, inputs: dict[str, Any]) -> None:
         """Account one training micro-batch; at the window's last one, decide and arm the skip.
@@ -60,32 +78,32 @@ class EmptyStepGuard:
         _reset_skip_flag(trainer)
         empty = total == 0.0
         if empty:
-            self.consecutive_empty += 1
             self.skipped_steps += 1
             _arm_skip(trainer)
-        else:
-            self.consecutive_empty = 0
+        # TRL's micro-step counter is incremented after this micro-step; it generates again at a multiple
+        # of steps_per_generation x num_iterations
+        self.window_ends_generation = (trainer._step + 1) % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
         metrics = trainer._metrics["train"]
         metrics["stages/empty_step"].append(float(empty))
-        metrics["stages/consecutive_empty_steps"].append(float(self.consecutive_empty))
         metrics["stages/skipped_steps_total"].append(float(self.skipped_steps))
 
     def state_dict(self) -> dict[str, int]:
         """Counters to checkpoint (the token window is empty at every optimizer-step boundary)."""
-        return {"consecutive_empty": self.consecutive_empty, "skipped_steps": self.skipped_steps}
+        return {"consecutive_empty_generations": self.consecutive_empty_generations,
+                "skipped_steps": self.skipped_steps}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Restore :meth:`state_dict`'s counters on resume."""
-        self.consecutive_empty = int(state["consecutive_empty"])
+        self.consecutive_empty_generations = int(state.get("consecutive_empty_generations", 0))
         self.skipped_steps = int(state["skipped_steps"])
 
     def should_stop(self) -> bool:
-        """Whether ``stop_after`` consecutive steps were empty."""
-        return self.stop_after > 0 and self.consecutive_empty >= self.stop_after
+        """Whether ``stop_after`` consecutive generation batches were empty and the last one is done."""
+        return self.stop_after > 0 and self.consecutive_empty_generations >= self.stop_after and self.window_ends_generation
 
 
 class EmptyStepStopCallback(TrainerCallback):
-    """Ends training after ``snr_empty_stop_steps`` consecutive empty steps, saying why."""
+    """Ends training after ``snr_empty_stop_steps`` consecutive empty generation batches, saying why."""
 
     def __init__(self, guard: EmptyStepGuard, args: Any):
         self.guard = guard
@@ -95,10 +113,10 @@ class EmptyStepStopCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.guard.should_stop() and not control.should_training_stop:
             message = (
-                f"winnow-rl: stopping at step {state.global_step}: the last {self.guard.consecutive_empty} optimizer "
-                f"steps had no rollout left to train on (rollout_filter={self.filter_name!r}, "
-                f"rollout_dropout={self.dropout_name!r}); those steps were skipped. Typical cause: every prompt group "
-                "has (near) zero reward variance -- the task is solved or hopeless for this policy. Raise the task's "
+                f"winnow-rl: stopping at step {state.global_step}: the last {self.guard.consecutive_empty_generations} "
+                f"generation batches had no rollout left to train on (rollout_filter={self.filter_name!r}, "
+                f"rollout_dropout={self.dropout_name!r}); their optimizer steps were skipped. Typical cause: every prompt "
+                "group has (near) zero reward variance -- the task is solved or hopeless for this policy. Raise the task's "
                 "difficulty range, set snr_include_zero=True or a softer snr_strategy, or snr_empty_stop_steps=0 to "
                 "keep going."
             )

@@ -29,6 +29,7 @@ from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
 from .reward_guard import RewardGuard
+from .step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, redeal
 from .rollout_batch import RolloutBatch, gather_padded
 from .server_generation import generation_class
 from .startup_checks import check_before_load, cuda_usable, weight_sync_kind
@@ -84,6 +85,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # The frozen teacher exists only when a configured stage scores with it (off means off).
         self._teacher = load_teacher(args, self.accelerator, self._tokenizer) if "teacher" in self._stage_needs else None
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
+        # the latest generation batch: nothing to train on? and where its kept rows go (trainer/step_dealing.py)
+        self._generation: tuple[bool, DealPlan | None] | None = None
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
 
     # --- TRL override points -------------------------------------------------------------------------
@@ -122,6 +125,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
             output[TEACHER_DELTA_KEY] = teacher_gap(batch)[rank * B : (rank + 1) * B, :T].float()
         trained_batch_metrics.table_advantages(self._logs, decision.advantages, batch.mask)
         self._apply_decision(output, decision)
+        if self._generation is not None:
+            empty = not bool((decision.keep & (batch.mask.sum(dim=1) > 0)).any())
+            self._generation = (empty, self._generation[1])
         for name, value in decision.metrics.items():
             self._metrics["train"][name].append(value)
         return output
@@ -175,8 +181,26 @@ class WinnowGRPOTrainer(GRPOTrainer):
             return inputs
         inputs = super()._prepare_inputs(generation_batch)
         if self.model.training and self._empty_steps is not None:
+            if self._generation is not None:  # TRL just generated and split a new batch
+                inputs = self._deal_generation()
             self._empty_steps.observe(self, inputs)
         return inputs
+
+    def _deal_generation(self) -> dict[str, Any]:
+        """Move the new batch's kept rows to their optimizer steps (trainer/step_dealing.py), count the batch
+        for the empty-batch stop, and return the current micro-batch."""
+        (empty, plan), self._generation = self._generation, None
+        steps = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
+        if plan is not None:
+            self._buffered_inputs = redeal(
+                self._buffered_inputs, plan, self.accelerator.process_index,
+                row_normalised=self.loss_type in ROW_NORMALISED_LOSSES,
+                token_normalised=self.loss_type in ("dapo", "cispo", "vespo"),
+                reduce_sum=lambda t: self.accelerator.reduce(t, reduction="sum") if self.accelerator.num_processes > 1 else t,
+            )
+            steps = plan.updates()
+        self._empty_steps.observe_generation(self, empty, 0 if empty else steps)
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def _compute_loss(self, model, inputs):
         """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""
@@ -365,21 +389,30 @@ class WinnowGRPOTrainer(GRPOTrainer):
         rows = slice(acc.process_index * B, (acc.process_index + 1) * B)
         advantages = decision.advantages[rows]
         output["advantages"] = advantages[:, :T] if advantages.dim() == 2 else advantages
+        self._generation = (False, None) if self._empty_steps is not None else None
         if bool(decision.keep.all()):
             return  # nothing removed: TRL's masks and normalisers stay untouched (off means off)
+        S, world, K = self.args.steps_per_generation, acc.num_processes, int(decision.keep.sum())
+        plan = dict(mode=self.args.filtered_updates, micro_batches=S, accumulation=self.args.gradient_accumulation_steps,
+                    first_micro_step=self._step, passes=self.num_iterations)
         if self.args.compact_batch:
+            rows = compacted_micro_rows(K, world, S, plan["accumulation"], self.args.per_device_train_batch_size,
+                                        plan["mode"])
             compacted = compact(
                 output,
                 decision.keep,
                 decision.advantages,
                 accelerator=acc,
                 pad_token_id=self._tokenizer.pad_token_id,
-                steps_per_generation=self.args.steps_per_generation,
+                steps_per_generation=S,
                 micro_batch_rows=self.args.per_device_train_batch_size,
+                rows_per_step=rows,
             )
             if compacted is not None:
                 output.clear()
                 output.update(compacted)
+                counts = tuple(len(range(r, K, world)) for r in range(world))
+                self._generation = (False, DealPlan(counts=counts, micro_rows=rows, **plan))
                 return
         keep = decision.keep[rows].unsqueeze(1)
         tool_mask = output.get("tool_mask")
@@ -389,6 +422,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         output["num_items_in_batch"] = acc.gather(loss_mask.sum()).sum()
         N, kept = decision.keep.numel(), int(decision.keep.sum())
         output["winnow_loss_scale"] = torch.tensor(N / max(kept, 1), device=advantages.device)
+        output[KEPT_KEY] = decision.keep[rows].clone()
+        counts = tuple(int(c) for c in decision.keep.view(world, B).sum(dim=1))
+        self._generation = (False, DealPlan(counts=counts, micro_rows=B // S, **plan))
 
 
 def _peak_memory_mb(device: torch.device) -> float:
