@@ -212,8 +212,8 @@ for env, env_kwargs in RAGEN_ENVS.items():
 PAPER_RECIPES.update(RAGEN_RECIPES)
 
 
-# UECR-GRPO ("When and Where to Trust the Teacher", shared/papers/uecr-grpo-teacher.txt §5.1, F.4, F.6; reference
-# shared/reference/teacher-methods-and-baselines.md §1.6-1.7, §2): within a scale every row shares the data, decoding,
+# UECR-GRPO ("When and Where to Trust the Teacher", §5.1, F.4, F.6; [proposed] / [reconstructed] where the paper is
+# silent): within a scale every row shares the data, decoding,
 # optimizer, clipping and reference-KL settings (§5.1), so each row is this setup plus exactly its method.
 UECR_SETUP = {
     "rollouts_per_generation_batch": 126 * 8,  # global prompt batch 126, G = 8
