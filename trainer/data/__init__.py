@@ -46,11 +46,10 @@ import datasets
 
 from . import arithmetic, countdown, envs, local, math_hub, metamath  # noqa: F401  (importing registers the loaders)
 from .common import OUTPUT_COLUMNS, DatasetUnavailableError, _REGISTRY, register_task_dataset
-from .math_hub import BOXED_SYSTEM_PROMPT, DAPO_EN_ROWS, DAPO_TEMPLATE, strip_dapo_instruction
+from .math_hub import BOXED_SYSTEM_PROMPT, DAPO_TEMPLATE, strip_dapo_instruction
 
 __all__ = [
     "BOXED_SYSTEM_PROMPT",
-    "DAPO_EN_ROWS",
     "DAPO_TEMPLATE",
     "OUTPUT_COLUMNS",
     "DatasetUnavailableError",

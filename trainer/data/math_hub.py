@@ -34,10 +34,9 @@ DAPO_TEMPLATE = DAPO_PREFIX + "{problem}" + DAPO_SUFFIX
 # (hexuandeng/GRPODropout@4ad3b3b:data/prepare_dapo17k_for_verl.py, SYSTEM_PROMPT and _normalize_rows).
 BOXED_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 RAW_TEMPLATE = "{problem}"
-# Rows of the view the authors trained on: their train parquet has question ids 0..14115
-# (hexuandeng/GRPODropout@4ad3b3b:data/dapo17k/dapo17k_verl_train_view.json), the size of the English
-# configuration of open-r1/DAPO-Math-17k-Processed (deduplicated, prompts without Chinese characters).
-DAPO_EN_ROWS = 14116
+# The view the authors trained on has 14,116 rows (their train parquet's question ids run 0..14115,
+# hexuandeng/GRPODropout@4ad3b3b:data/dapo17k/dapo17k_verl_train_view.json): the English configuration of
+# open-r1/DAPO-Math-17k-Processed (deduplicated, prompts without Chinese characters). Recipes pin it with expected_rows.
 
 DEEPMATH_TEMPLATE = "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
