@@ -57,7 +57,8 @@ def _user(messages: list[dict]) -> str:
 def test_dapo_dedup_strip_and_rewrap(tmp_path, suffix, caplog):
     path = write_rows(_dapo_rows(3), tmp_path / f"dapo{suffix}")
     with caplog.at_level(logging.INFO, logger="trainer.data"):
-        ds = load_task_dataset("dapo_math_17k", path=path, cache_dir=str(tmp_path / "cache"))
+        ds = load_task_dataset("dapo_math_17k", path=path, cache_dir=str(tmp_path / "cache"),
+                               prompt_template=DAPO_TEMPLATE, system_prompt=None)
     assert ds.column_names == ["prompt", "answer", "source"]
     assert len(ds) == 5
     assert ds["answer"][:] == [g for _, g in PROBLEMS]  # first occurrences, original order
@@ -72,6 +73,42 @@ def test_dapo_dedup_strip_and_rewrap(tmp_path, suffix, caplog):
         "dapo_math_17k", path=path, prompt_template="{problem}", cache_dir=str(tmp_path / "cache")
     )
     assert [_user(p) for p in bare["prompt"]] == [p for p, _ in PROBLEMS]
+
+
+# The GRPODropout authors' training rows 0 and 5 as their prepare script wrote them
+# (hexuandeng/GRPODropout@4ad3b3b:data/dapo17k/dapo17k_verl_train_view.json): system prompt + raw problem.
+AUTHORS_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+AUTHORS_ROWS = [
+    ("Let $S$ be the set of triples $(a,b,c)$ of non-negative integers such that $a+b+c$ is even. The value of the "
+     "sum\n\\[ \\sum_{(a,b,c) \\in S} \\frac{1}{2^a 3^b 5^c} \\]\ncan be expressed as $\\frac{m}{n}$, where $m$ and "
+     "$n$ are relatively prime positive integers. Compute $m+n$.", "37"),
+    ("For which $n$ is $n^4 + 6n^3 + 11n^2 + 3n + 31$ a perfect square?", "10"),
+]
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_dapo_default_prompt_is_the_grpodropout_authors(tmp_path, wrapped):
+    """Default loader output = the authors' training messages, byte for byte, from a Processed-schema copy whose
+    prompt is the raw problem or still carries DAPO's "Answer:" wrapper (both circulate)."""
+    rows = [{"prompt": DAPO_TEMPLATE.format(problem=p) if wrapped else p, "solution": g} for p, g in AUTHORS_ROWS]
+    ds = load_task_dataset("dapo_math_17k", path=write_rows(rows, tmp_path / "en.parquet"), cache_dir=str(tmp_path / "c"))
+    assert ds["prompt"][:] == [[{"role": "system", "content": AUTHORS_SYSTEM}, {"role": "user", "content": p}]
+                               for p, _ in AUTHORS_ROWS]
+    assert ds["answer"][:] == [g for _, g in AUTHORS_ROWS]
+
+
+def test_dapo_default_view_is_processed_en(tmp_path):
+    """The hub view the recipes train on: open-r1's Processed repo, English config (offline: the error names both)."""
+    with pytest.raises(DatasetUnavailableError, match=r"open-r1/DAPO-Math-17k-Processed.*config='en'"):
+        load_task_dataset("dapo_math_17k", cache_dir=str(tmp_path / "empty_cache"))
+
+
+def test_dapo_expected_rows_guards_the_view(tmp_path):
+    path = write_rows(_dapo_rows(2), tmp_path / "d.parquet")  # 10 rows read, 5 after deduplication
+    kw = dict(path=path, cache_dir=str(tmp_path / "c"))
+    assert len(load_task_dataset("dapo_math_17k", expected_rows=10, **kw)) == 5
+    with pytest.raises(ValueError, match=r"expected_rows=14116 but .* has 10 rows"):
+        load_task_dataset("dapo_math_17k", expected_rows=14116, **kw)
 
 
 def test_dapo_dedup_on_text_not_index(tmp_path):
@@ -204,7 +241,7 @@ def test_system_prompt_placement():
 
 def test_sampling_filters_and_templates(tmp_path):
     path = write_rows(_dapo_rows(2), tmp_path / "d.parquet")
-    kw = dict(path=path, cache_dir=str(tmp_path / "c"), prompt_template="{problem}")
+    kw = dict(path=path, cache_dir=str(tmp_path / "c"), prompt_template="{problem}", system_prompt=None)
     first2 = load_task_dataset("dapo_math_17k", num_samples=2, **kw)
     assert first2["answer"][:] == ["2", "9"]
     s1 = load_task_dataset("dapo_math_17k", num_samples=3, shuffle=True, seed=1, **kw)
@@ -230,7 +267,7 @@ def test_registry_errors(tmp_path):
 
 @pytest.mark.parametrize(
     "name,hub_id",
-    [("dapo_math_17k", "BytedTsinghua-SIA/DAPO-Math-17k"), ("deepmath_103k", "zwhe99/DeepMath-103K")],
+    [("dapo_math_17k", "open-r1/DAPO-Math-17k-Processed"), ("deepmath_103k", "zwhe99/DeepMath-103K")],
 )
 def test_hub_id_offline_fails_fast(tmp_path, name, hub_id):
     # An empty cache_dir guarantees "not cached" even on a machine that once downloaded the dataset.

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # training recipes; configs/eval/ holds evaluation configs (tests/test_eval_configs.py)
 RECIPES = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if p.relative_to(ROOT / "configs").parts[0] != "eval")
 
-# GRPODropout paper, Appendix B.1 (shared/reference/grpodropout.md "Training defaults"): the GRPO baseline.
+# GRPODropout paper, Appendix B.1, and the authors' code (hexuandeng/GRPODropout@4ad3b3b, "A:" below): the GRPO
+# baseline, A:verl/examples/grpo_dropout/train.sh with configs/variants/base.env.
+AUTHORS_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 GRPODROPOUT_GRPO_BASELINE = {
     "rollouts_per_generation_batch": 128 * 8,  # 128 prompts x 8 rollouts
     "prompts_per_generation_batch": 128,
@@ -26,10 +28,15 @@ GRPODROPOUT_GRPO_BASELINE = {
     "learning_rate": 1e-6,
     "lr_scheduler_type": "constant",
     "weight_decay": 0.01,
-    "loss_type": "dapo",  # token-mean over valid tokens
+    # A:verl/verl/workers/actor/dp_actor.py update_policy: loss_agg_mode token-mean on micro-batches of one sequence
+    # (ppo_micro_batch_size_per_gpu 1, use_dynamic_bsz false), each divided by the accumulation count = the
+    # per-sequence token mean averaged over sequences (TRL's grpo, not dapo's batch-wide token mean)
+    "loss_type": "grpo",
     "epsilon": 0.2,
     "epsilon_high": 0.2,  # symmetric clip (no clip-higher in the baseline)
-    "beta": 0.0,  # no KL
+    # A:verl/verl/trainer/config/actor/actor.yaml clip_ratio_c 3.0, applied by the vanilla loss dp_actor.py calls
+    "delta": 3.0,
+    "beta": 0.0,  # no KL (use_kl_loss False), so no KL form to pin
     "entropy_coef": 0.0,
     "temperature": 1.0,
     "top_p": 1.0,
@@ -37,22 +44,29 @@ GRPODROPOUT_GRPO_BASELINE = {
     "max_completion_length": 8192,
     "max_prompt_tokens": 2048,
     "num_train_epochs": 1,
+    # one epoch (App. B.1; train.sh TOTAL_EPOCHS 1) of 14,116 prompts = 110 batches of 128 (verl drops the last
+    # partial one) x 2 optimizer steps
+    "max_steps": (14116 // 128) * 2,
     "num_iterations": 1,  # ppo_epochs 1
     "enable_thinking": True,
     "dataset_name": "dapo_math_17k",
+    # A:data/prepare_dapo17k_for_verl.py: the English view of open-r1's Processed DAPO-Math-17k (their train parquet
+    # has question ids 0..14115, A:data/dapo17k/dapo17k_verl_train_view.json); raw problem under a system prompt
+    "dataset_path": "open-r1/DAPO-Math-17k-Processed",
+    "dataset_config": "en",
+    "dataset_expected_rows": 14116,
+    "prompt_template": "{problem}",
+    "system_prompt": AUTHORS_SYSTEM_PROMPT,
     "use_vllm": True,
     "advantage": "grpo",
-    "advantage_std": "unbiased",  # the authors ran verl: torch.std (ddof 1) + 1e-6 (reference doc §5)
+    "advantage_std": "unbiased",  # the authors ran verl: torch.std (ddof 1) + 1e-6
     "advantage_eps": 1e-6,
-    "reward_funcs": ["math_accuracy"],  # the rule-based correctness reward alone
+    "reward_funcs": ["math_accuracy"],  # the rule-based correctness reward alone (0/1, A:verl/examples/grpo_dropout/reward.py)
     "reward_weights": [1.0],
     # none of the Table 1 baselines' mechanisms (each row below adds exactly its own):
     "loss_variant": "none",  # TRL's clipped surrogate (no Clip-Cov / KL-Cov)
     "dynamic_sampling": False,
     "top_entropy_quantile": 1.0,  # every token in the loss
-    # no dual-clip bound. NB verl's stock vanilla loss dual-clips A < 0 at clip_ratio_c 3 (teacher-methods doc
-    # §2.0), which the GRPO rows here do not model; pinned so that DAPO's clip_ratio_c 10 is the only one.
-    "delta": None,
 }
 
 NO_DROPOUT = {"rollout_dropout": "none"}
@@ -88,39 +102,47 @@ for m, pos, neg, center, p_wt in TABLE2:
     PAPER_RECIPES[f"configs/grpodropout/table2/qwen3-{m}-del_{name}-center_{c}.yaml"] = (
         grpodropout_row(pos, neg, center, p_wt), f"Qwen/Qwen3-{m.upper()}")
 
-# Table 1 baseline rows other than GRPO and GRPODropout, as the GRPODropout authors ran them
-# (shared/reference/grpodropout.md §9 "Baselines as implemented in this repository"; method details in
-# shared/reference/teacher-methods-and-baselines.md §2.1-2.5): the GRPO baseline (ENABLE_SELECTOR=False, no
-# rollout deleted) plus exactly the method's settings.
+# Table 1 baseline rows other than GRPO and GRPODropout, as the GRPODropout authors ran them (A: above): the GRPO
+# baseline (ENABLE_SELECTOR=False, no rollout deleted) plus exactly the method's settings.
+DAPO_STEPS = {"1.7b": 110, "4b": 110, "8b": 220}  # TOTAL_TRAINING_STEPS of A:verl/examples/dapo/qwen3-*/run_dapo17k_base*.sh
 TABLE1_METHODS = {
-    # full DAPO: verl/examples/dapo/qwen3-{size}/run_dapo17k_base.sh (recipe.dapo.main_dapo)
+    # full DAPO: A:verl/examples/dapo/qwen3-{1.7b,8b}/run_dapo17k_base.sh, qwen3-4b/run_dapo17k_base_bk.sh
     "dapo": {
         "epsilon": 0.2,  # clip_ratio_low
         "epsilon_high": 0.28,  # clip_ratio_high
         "delta": 10.0,  # clip_ratio_c 10 (dual-clip for A < 0; TRL's cap on the unclipped ratio)
-        "loss_type": "dapo",  # token-mean
+        "loss_type": "grpo",  # token-mean on one-sequence micro-batches, as the GRPO row
         "dynamic_sampling": True,  # filter_groups.enable
         "dynamic_sampling_metric": "math_accuracy",  # filter_groups.metric acc: 0 < #correct < G
         "max_num_gen_batches": 3 * 10,  # 10 rounds of gen_batch_size 384 = 3 x 128 prompts; our round = 128 prompts
         "reward_funcs": ["math_accuracy", "overlong_penalty"],  # reward_manager dapo: task reward + overlong shaping
         "reward_weights": [1.0, 1.0],
         "overlong_buffer_len": 4096,
-        # penalty_factor 1.0 on the +1/-1 reward R; math_accuracy is (R + 1)/2, so the same advantages take 1.0 / 2
-        "overlong_penalty_factor": 1.0 / 2,
+        # penalty_factor 1.0 added to compute_score_gt_math's 0/1 score (A:verl/examples/grpo_dropout/reward.py:
+        # score = float(acc)) -- the same 0/1 scale as math_accuracy
+        "overlong_penalty_factor": 1.0,
         "beta": 0.0,  # no KL
         "entropy_coef": 0.0,  # no entropy bonus
     },
-    # loss_mode=clip_cov, clip_cov_ratio 2e-4, clip_cov_lb 1.0, clip_cov_ub 5.0 (the GRPO setup's clip 0.2)
-    "clip_cov": {"loss_variant": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0},
-    # loss_mode=kl_cov with the repository's env files: kl_cov_ratio 0.002, ppo_kl_coef 1
-    "kl_cov": {"loss_variant": "kl_cov", "kl_cov_ratio": 0.002, "kl_cov_coef": 1.0},
-    # loss_mode=high_entropy, top_entropy_quantile 0.2 (the GRPO setup's clip 0.2)
+    # loss_mode=clip_cov, clip_cov_ratio 2e-4, clip_cov_lb 1.0, clip_cov_ub 5.0 (the GRPO setup's clip 0.2); verl's
+    # clip_cov loss has no dual-clip
+    "clip_cov": {"loss_variant": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "delta": None},
+    # loss_mode=kl_cov with the repository's env files: kl_cov_ratio 0.002, ppo_kl_coef 1; no clipping at all
+    "kl_cov": {"loss_variant": "kl_cov", "kl_cov_ratio": 0.002, "kl_cov_coef": 1.0, "delta": None},
+    # A:verl/examples/grpo_dropout/configs/variants/high_entropy.env: loss_mode=high_entropy, top_entropy_quantile 0.2
+    # on the GRPO setup (clip 0.2, the vanilla dual-clip 3 of A:verl/verl/trainer/ppo/high_entropy_policy_loss.py)
     "beyond8020": {"top_entropy_quantile": 0.2},
 }
 for method, changes in TABLE1_METHODS.items():
     for m, M in (("1.7b", "1.7B"), ("4b", "4B"), ("8b", "8B")):
+        steps = {"max_steps": DAPO_STEPS[m] * 2} if method == "dapo" else {}
         PAPER_RECIPES[f"configs/grpodropout/table1/qwen3-{m}-{method}.yaml"] = (
-            {**GRPODROPOUT_GRPO_BASELINE, **NO_DROPOUT, **changes}, f"Qwen/Qwen3-{M}")
+            {**GRPODROPOUT_GRPO_BASELINE, **NO_DROPOUT, **changes, **steps}, f"Qwen/Qwen3-{M}")
+# Beyond 80/20's second launcher, A:verl/examples/high_entropy/run_qwen3-4b.sh: the 4B DAPO script + the loss
+PAPER_RECIPES["configs/grpodropout/table1/qwen3-4b-beyond8020-dapo.yaml"] = (
+    {**GRPODROPOUT_GRPO_BASELINE, **NO_DROPOUT, **TABLE1_METHODS["dapo"], "top_entropy_quantile": 0.2,
+     "max_steps": 110 * 2}, "Qwen/Qwen3-4B")
+GRPODROPOUT_FAMILY = sorted(k for k in PAPER_RECIPES if k.startswith(("configs/grpo/", "configs/grpodropout/")))
 
 
 # RAGEN-2 (arXiv:2604.06268 §4.4; shared/reference/ragen.md §1.7 and §8): the main-table settings, and the
@@ -190,8 +212,8 @@ for env, env_kwargs in RAGEN_ENVS.items():
 PAPER_RECIPES.update(RAGEN_RECIPES)
 
 
-# UECR-GRPO ("When and Where to Trust the Teacher", shared/papers/uecr-grpo-teacher.txt §5.1, F.4, F.6; reference
-# shared/reference/teacher-methods-and-baselines.md §1.6-1.7, §2): within a scale every row shares the data, decoding,
+# UECR-GRPO ("When and Where to Trust the Teacher", §5.1, F.4, F.6; [proposed] / [reconstructed] where the paper is
+# silent): within a scale every row shares the data, decoding,
 # optimizer, clipping and reference-KL settings (§5.1), so each row is this setup plus exactly its method.
 UECR_SETUP = {
     "rollouts_per_generation_batch": 126 * 8,  # global prompt batch 126, G = 8
@@ -216,6 +238,10 @@ UECR_SETUP = {
     "max_completion_length": 16384,
     "enable_thinking": False,  # non-thinking mode in training and evaluation
     "dataset_name": "deepmath_103k",
+    # [proposed] the paper states only that the verifier reads the extracted \boxed{} answer (F.3): the loader's
+    # step-by-step + \boxed{} instruction after the problem, no system prompt
+    "prompt_template": "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
+    "system_prompt": None,
     "use_vllm": True,
     "reward_funcs": ["math_accuracy"],  # rule-based verifier on the extracted \boxed{} answer
     "reward_weights": [1.0],
@@ -292,9 +318,25 @@ def parse_here(path: Path, *extra: str):
     return parse_recipe(["--config", str(path), *cpu, *extra])
 
 
+def loader_kwargs(task) -> dict:
+    """The keyword arguments the recipe's dataset loader runs with: its signature defaults + dataset_kwargs."""
+    import inspect
+
+    from trainer.data.common import _REGISTRY
+    from trainer.data.math_hub import DAPO_PROCESSED_HUB_ID
+
+    params = inspect.signature(_REGISTRY[task.dataset_name]).parameters
+    kw = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    kw.update(task.dataset_kwargs or {})
+    if kw.get("config") is None and kw.get("path") == DAPO_PROCESSED_HUB_ID:
+        kw["config"] = "en"  # the loader's choice for that repo (tests/test_data.py checks it does)
+    return kw
+
+
 def resolved(path: Path, *extra: str) -> dict:
     """The values a paper states, computed from the parsed recipe (defaults included)."""
     task, args, model = parse_here(path, *extra)
+    data = loader_kwargs(task)
     procs = task.launch_processes or 1
     per_micro_step = args.per_device_train_batch_size * procs
     rollouts_per_generation = per_micro_step * args.steps_per_generation
@@ -340,6 +382,11 @@ def resolved(path: Path, *extra: str) -> dict:
         "overlong_buffer_len": task.overlong_buffer_len,
         "overlong_penalty_factor": task.overlong_penalty_factor,
         "dataset_kwargs": task.dataset_kwargs,
+        "dataset_path": data.get("path"),
+        "dataset_config": data.get("config"),
+        "dataset_expected_rows": data.get("expected_rows"),
+        "prompt_template": data.get("prompt_template"),
+        "system_prompt": data.get("system_prompt"),
         "num_generations_eval": args.num_generations_eval,
         **{k: getattr(task, k) for k in ("env_kwargs", "max_turns", "max_actions_per_turn", "max_actions_per_episode",
                                           "format_penalty", "turn_max_tokens", "turn_max_tokens_hint",
@@ -462,3 +509,29 @@ def test_ragen_recipe_updates_and_empty_stop_follow_upstream(rel):
     assert args.filtered_updates == "proportional"
     assert args.snr_empty_stop_steps == 5
     assert resolved(ROOT / rel)["rollouts_per_optimizer_step"] == 32
+
+
+def test_grpodropout_recipes_render_the_authors_training_prompt(tmp_path):
+    """Each GRPODropout-family recipe's loader settings, run on a local copy in the Processed schema, give the
+    authors' training messages byte for byte (their row 5, hexuandeng/GRPODropout@4ad3b3b:
+    data/dapo17k/dapo17k_verl_train_view.json), and the row-count guard trips on any other view."""
+    from harness import write_rows
+
+    from trainer.data import load_task_dataset
+
+    problem = "For which $n$ is $n^4 + 6n^3 + 11n^2 + 3n + 31$ a perfect square?"
+    authors = [{"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
+               {"role": "user", "content": problem}]
+    local = write_rows([{"prompt": problem, "solution": "10"}], tmp_path / "en.parquet")
+    seen = {}
+    for rel in GRPODROPOUT_FAMILY:
+        task, _, _ = parse_here(ROOT / rel)
+        kw = {k: v for k, v in (task.dataset_kwargs or {}).items()}
+        key = repr(sorted(kw.items()))
+        if key not in seen:
+            rows = kw.pop("expected_rows", None)
+            ds = load_task_dataset(task.dataset_name, path=local, cache_dir=str(tmp_path / "c"), **kw)
+            with pytest.raises(ValueError, match="expected_rows"):
+                load_task_dataset(task.dataset_name, path=local, cache_dir=str(tmp_path / "c"), expected_rows=rows, **kw)
+            seen[key] = ds["prompt"][0]
+        assert seen[key] == authors, rel

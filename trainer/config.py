@@ -179,7 +179,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default="positive",
         metadata={
             "help": "Which removed rollouts stay removed (paper's selector): 'positive' (paper, eq. 7: every removed "
-            "rollout with A <= 0 is restored), 'negative' (restore A >= 0), 'both' (restore nothing). Table 2 rows."
+            "rollout with A <= 0 is restored), 'negative' (restore A >= 0), 'both' (restore nothing). Table 2 rows. "
+            "dropout_selector 'balanced_push' has its own rule and rejects any other value than the default."
         },
     )
     dropout_recenter: str = field(
@@ -396,6 +397,12 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
+        if self.dropout_selector == "balanced_push" and self.dropout_delete != "positive":
+            # balanced_push keeps by its own push-balance rule (the released `balance` variant); the restoration
+            # rule of dropout_delete belongs to the paper's selector, so a non-default value would be ignored.
+            raise ConfigError("dropout_delete", f"{self.dropout_delete!r} applies to dropout_selector 'paper' only; "
+                              "'balanced_push' decides which rollouts stay by its own rule",
+                              "remove dropout_delete, or use dropout_selector: paper for the Table 2 deletion rows")
         if self.vllm_request_timeout <= 0:
             raise ConfigError("vllm_request_timeout", f"must be > 0 (got {self.vllm_request_timeout})",
                               "use e.g. 600 (seconds; longer than the slowest generation call)")

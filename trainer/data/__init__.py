@@ -15,8 +15,9 @@ read, dropped and kept is logged on the ``trainer.data`` logger and stored in ``
 
 Registered loaders:
 
-- ``dapo_math_17k``: hub ``BytedTsinghua-SIA/DAPO-Math-17k`` or a local copy, deduplicated (the hub copy
-  is 17,917 items x 100); also reads the ``open-r1/DAPO-Math-17k-Processed`` schema;
+- ``dapo_math_17k``: by default the GRPODropout authors' view (``open-r1/DAPO-Math-17k-Processed``, config
+  ``en``, 14,116 rows; raw problem + a \\boxed{} system prompt); also the original
+  ``BytedTsinghua-SIA/DAPO-Math-17k`` (17,917 items x 100, deduplicated) or a local copy of either;
 - ``deepmath_103k``: hub ``zwhe99/DeepMath-103K`` or a local copy, ``min_difficulty``/``max_difficulty``;
 - ``metamathqa``: hub ``meta-math/MetaMathQA`` or a local copy, gold from "The answer is: ...", ``types``;
 - ``json``: any local JSON/JSONL file with problem/question and answer columns (names configurable);
@@ -45,9 +46,10 @@ import datasets
 
 from . import arithmetic, countdown, envs, local, math_hub, metamath  # noqa: F401  (importing registers the loaders)
 from .common import OUTPUT_COLUMNS, DatasetUnavailableError, _REGISTRY, register_task_dataset
-from .math_hub import DAPO_TEMPLATE, strip_dapo_instruction
+from .math_hub import BOXED_SYSTEM_PROMPT, DAPO_TEMPLATE, strip_dapo_instruction
 
 __all__ = [
+    "BOXED_SYSTEM_PROMPT",
     "DAPO_TEMPLATE",
     "OUTPUT_COLUMNS",
     "DatasetUnavailableError",

@@ -1,4 +1,4 @@
-"""Hub math training sets: DAPO-Math-17k (deduplicated) and DeepMath-103K (difficulty filter).
+"""Hub math training sets: DAPO-Math-17k (the GRPODropout authors' English view) and DeepMath-103K (difficulty filter).
 
 Both loaders accept a hub id (the default; real ``datasets.load_dataset``) or a local file/folder with
 the same columns, which is how the offline tests and air-gapped machines use them.
@@ -29,6 +29,14 @@ DAPO_PREFIX = (
 )
 DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
 DAPO_TEMPLATE = DAPO_PREFIX + "{problem}" + DAPO_SUFFIX
+
+# The GRPODropout authors' training prompt: the raw problem as the user turn under this system prompt
+# (hexuandeng/GRPODropout@4ad3b3b:data/prepare_dapo17k_for_verl.py, SYSTEM_PROMPT and _normalize_rows).
+BOXED_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
+RAW_TEMPLATE = "{problem}"
+# The view the authors trained on has 14,116 rows (their train parquet's question ids run 0..14115,
+# hexuandeng/GRPODropout@4ad3b3b:data/dapo17k/dapo17k_verl_train_view.json): the English configuration of
+# open-r1/DAPO-Math-17k-Processed (deduplicated, prompts without Chinese characters). Recipes pin it with expected_rows.
 
 DEEPMATH_TEMPLATE = "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
@@ -91,33 +99,45 @@ def _dapo_text_and_gold(ds: datasets.Dataset, dataset_name: str) -> tuple[pa.Chu
 
 @register_task_dataset("dapo_math_17k")
 def load_dapo_math_17k(
-    path: str = DAPO_HUB_ID,
+    path: str = DAPO_PROCESSED_HUB_ID,
     *,
     split: str = "train",
     config: str | None = None,
+    expected_rows: int | None = None,
     num_samples: int | None = None,
     shuffle: bool = False,
     seed: int = 0,
-    system_prompt: str | None = None,
-    prompt_template: str = DAPO_TEMPLATE,
+    system_prompt: str | None = BOXED_SYSTEM_PROMPT,
+    prompt_template: str = RAW_TEMPLATE,
     max_prompt_chars: int | None = None,
     cache_dir: str | None = None,
     source: str = "dapo_math_17k",
 ) -> datasets.Dataset:
     """DAPO-Math-17k, deduplicated by problem text (first occurrence kept), gold = ground_truth.
 
-    ``path`` is the hub id (default), ``open-r1/DAPO-Math-17k-Processed`` (config defaults to ``all``) or
-    a local json/jsonl/parquet file or folder in either schema. The hub copy repeats each of its 17,917
-    items 100 times, and ``extra_info.index`` does not identify a problem (distinct indices share a text),
-    so rows are deduplicated on the unwrapped problem text. The number dropped is logged and written to
-    ``dataset.info.description``. DAPO's instruction wrapper is stripped so ``prompt_template`` (default:
-    DAPO's own wrapper, "Answer:" last line) re-wraps the raw problem.
+    The defaults are the GRPODropout authors' training data: the English configuration ``en`` of
+    ``open-r1/DAPO-Math-17k-Processed`` (14,116 rows), the raw problem as the user turn and the system prompt
+    "Please reason step by step, and put your final answer within \\boxed{}." (their
+    data/prepare_dapo17k_for_verl.py). ``path`` may also be the original ``BytedTsinghua-SIA/DAPO-Math-17k``
+    (17,917 items, each repeated 100 times; ``extra_info.index`` does not identify a problem) or a local
+    json/jsonl/parquet file or folder in either schema; rows are deduplicated on the unwrapped problem text
+    (a no-op on the Processed view, already deduplicated by its publisher). DAPO's "Answer:" instruction
+    wrapper is stripped, so ``prompt_template`` (e.g. ``DAPO_TEMPLATE``, DAPO's own) re-wraps the raw problem.
+    ``expected_rows``: the number of rows the source must have (before deduplication); another count means
+    another view or version of the data and fails before training. Counts are logged and written to
+    ``dataset.info.description``.
     """
     if config is None and path == DAPO_PROCESSED_HUB_ID:
-        config = "all"  # the Processed repo has configs all / en / cn and no default
+        config = "en"  # the Processed repo has configs all / en / cn and no default; en is the authors' view
     raw = load_raw(path, dataset_name="dapo_math_17k", split=split, config=config, cache_dir=cache_dir)
     texts, golds, schema = _dapo_text_and_gold(raw, "dapo_math_17k")
     n_rows = len(texts)
+    if expected_rows is not None and n_rows != expected_rows:
+        raise ValueError(
+            f"dapo_math_17k: expected_rows={expected_rows} but {path!r} (config={config!r}, split={split!r}) has "
+            f"{n_rows} rows: a different view or version of the data. Fix: point path/config at the expected view, "
+            "or set expected_rows to null to train on this one."
+        )
     # Pass 1 (Arrow): identical raw contents -> one row. Pass 2 (Python, ~17.9k strings): identical
     # problems after unwrapping, which catches a wrapped and an unwrapped copy of the same problem.
     firsts = _first_occurrences(texts)
