@@ -216,7 +216,7 @@ def test_a_real_run_folder_is_protected_resumed_and_overwritten(tmp_path, capsys
     assert (out / "checkpoint-1").is_dir() and _metrics_steps(out) == [1]
     assert not (out / ".staging").exists()
     card = (out / "README.md").read_text()
-    assert "[None]" not in card
+    assert "[None]" not in card and f"`{tied}` (a local model)" in card
 
     before = _tree(out)
     capsys.readouterr()

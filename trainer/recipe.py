@@ -340,8 +340,9 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
 
 
 def name_card_base_model(trainer: Any, name: str) -> None:
-    """Make the model card TRL writes name the model the run started from: TRL takes it from the loaded
-    config's path and drops local folders, so an ``offline:`` alias (a local build) gave no base model."""
+    """Make the model card TRL writes name the model the run started from. TRL reads it from the loaded
+    config's path and has no name for a local folder (its card then reads "fine-tuned version of [None]"):
+    an ``offline:`` alias built from a published model names that model, any other local folder its path."""
     base = OFFLINE_BASE_MODELS.get(name, name)
     create = trainer.create_model_card
 
@@ -353,6 +354,11 @@ def name_card_base_model(trainer: Any, name: str) -> None:
             create(*a, **k)
         finally:
             config._name_or_path = saved
+        card = Path(trainer.args.output_dir) / "README.md"
+        if trainer.is_world_process_zero() and card.is_file():
+            text = card.read_text()
+            if "[None](https://huggingface.co/None)" in text:
+                card.write_text(text.replace("[None](https://huggingface.co/None)", f"`{name}` (a local model)"))
 
     trainer.create_model_card = create_model_card
 
