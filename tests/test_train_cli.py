@@ -336,3 +336,20 @@ def test_learning_check_needs_enough_steps():
     assert "too few steps to judge" in learning_verdict(rows)
     rows = [{"step": i, "reward": 0.1 * i + 0.01 * (i % 2)} for i in range(1, 9)]
     assert learning_verdict(rows).endswith("learned")
+
+
+def test_eval_records_a_system_config_only_once_its_model_loaded(tmp_path):
+    """A typo in an evaluated model's path leaves no <system>/config.json behind, so the corrected re-run is not
+    refused as 'results of another configuration'."""
+    from trainer.eval.runner import EvalConfig, run
+
+    def config(system: dict) -> EvalConfig:
+        return EvalConfig.from_dict({"output_dir": str(tmp_path / "eval"), "systems": [system], "entropy": False,
+                                     "benchmarks": {"arithmetic": {"k": 1, "num_samples": 2}}})
+
+    with pytest.raises(OSError):
+        run(config({"name": "sys", "model": str(tmp_path / "no_such_model")}))
+    assert not (tmp_path / "eval" / "sys" / "config.json").exists()
+    summary = run(config({"name": "sys", "backend": "oracle_gold"}))
+    assert summary["systems"]["sys"]["benchmarks"]["arithmetic"]["mean"] == 1.0
+    assert json.loads((tmp_path / "eval" / "sys" / "config.json").read_text())["system"]["backend"] == "oracle_gold"
