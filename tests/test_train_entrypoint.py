@@ -59,8 +59,8 @@ def test_recipe_trains_writes_artifacts_and_resumes(tmp_path, tiny_model):
     assert all("entropy" in r and "rewards/math_accuracy/mean" in r and "stages/kept_ratio" in r for r in steps)
     assert (out / "metrics.png").stat().st_size > 5_000
     resolved = yaml.safe_load((out / "recipe.resolved.yaml").read_text())
-    assert resolved["training"]["max_steps"] == 2 and resolved["task"]["reward_funcs"] == ["math_accuracy", "think_format"]
-    assert resolved["training"]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert resolved["max_steps"] == 2 and resolved["reward_funcs"] == ["math_accuracy", "think_format"]
+    assert resolved["chat_template_kwargs"] == {"enable_thinking": False}
 
     # resume: one more step continues from checkpoint-2 (global step 3), not from scratch
     _train(recipe, "--max_steps", "3", "--save_steps", "3", "--resume_from_checkpoint", "true")

@@ -8,7 +8,8 @@ checkpoint (ours included: the stage state) is written to ``<output_dir>/.stagin
 folder is renamed to ``<output_dir>/checkpoint-N`` only when all processes have finished writing; a
 rename within one filesystem is atomic, so a kill at any moment leaves the previous checkpoint as the
 latest one. ``get_last_checkpoint`` only looks at ``checkpoint-N`` names directly in ``output_dir``, so a
-half-written staging folder is never resumed from; the next save clears it.
+half-written staging folder is never resumed from; the next save clears it. After a publish the emptied
+``.staging`` folder is removed, so a finished run leaves no trace of the mechanism.
 """
 
 from __future__ import annotations
@@ -58,3 +59,7 @@ def publish(staged: str, final: str) -> None:
         shutil.rmtree(final)
     os.replace(staged, final)
     _fsync_dir(os.path.dirname(final))
+    try:
+        os.rmdir(os.path.dirname(staged))  # the staging folder, now empty (a non-empty one is left alone)
+    except OSError:
+        pass

@@ -8,18 +8,24 @@ metrics file and plot).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Sequence
 
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import ModelConfig, get_peft_config
 
 from .config import ConfigError, WinnowConfig
 from .config_env import EnvTaskFields
+from .recipe_checks import check_process_count
+from .recipe_parser import (RecipeError, RecipeParser, check_keys, cli_values, import_modules, own_fields,
+                            read_recipe_file, split_config_flag)
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +33,9 @@ logger = logging.getLogger(__name__)
 OFFLINE_MODELS = {"offline:smollm2": "make_smollm2", "offline:tiny-qwen3": "make_tiny_qwen3",
                   "offline:tiny-qwen3-vllm": "make_tiny_qwen3_vllm",
                   "offline:smollm2-perturbed": "make_smollm2_perturbed"}
+# The published model an alias is built from (the model card's base model); the tiny ones are random.
+OFFLINE_BASE_MODELS = {"offline:smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
+                       "offline:smollm2-perturbed": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 
 
 @dataclass
@@ -74,21 +83,33 @@ class TaskArguments(EnvTaskFields):
                   "it is meant for). A launch with another count fails fast instead of running a different experiment."},
     )
     plot: bool = field(default=True, metadata={"help": "Write metrics.png (reward and entropy per step) at the end."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Start over in an output_dir that holds a run: its contents are deleted before training. "
+                  "Without it (and without resume_from_checkpoint) such a folder is refused, so no run is lost."},
+    )
+    import_modules: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Python modules imported before the recipe is checked, e.g. [my_pkg.stages]: a module that "
+                  "registers its own stage, reward or dataset makes that name valid in this recipe."},
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.dataset_kwargs, str):
             try:
                 self.dataset_kwargs = json.loads(self.dataset_kwargs)
             except json.JSONDecodeError as e:
-                raise ConfigError("dataset_kwargs", f"not valid JSON ({e})", 'pass e.g. \'{"num_samples": 100}\'') from None
+                raise RecipeError("dataset_kwargs", f"not valid JSON ({e})", 'pass e.g. \'{"num_samples": 100}\'') from None
+        if self.dataset_kwargs is not None and not isinstance(self.dataset_kwargs, dict):
+            raise RecipeError("dataset_kwargs", f"must be a mapping (got {self.dataset_kwargs!r})", 'pass e.g. \'{"num_samples": 100}\'')
         if not self.reward_funcs:
-            raise ConfigError("reward_funcs", "no reward function given", "name at least one, e.g. [math_accuracy]")
+            raise RecipeError("reward_funcs", "no reward function given", "name at least one, e.g. [math_accuracy]")
         if self.reward_timeout <= 0:
-            raise ConfigError("reward_timeout", f"must be > 0 (got {self.reward_timeout})", "use e.g. 2.0")
+            raise RecipeError("reward_timeout", f"must be > 0 (got {self.reward_timeout})", "use e.g. 2.0")
         self.validate_env_fields()
         env_rewards = sorted({"env_return", "env_success"} & set(self.reward_funcs))
         if env_rewards and not self.is_env_task:
-            raise ConfigError("reward_funcs", f"{env_rewards} need an environment task, not {self.dataset_name!r}",
+            raise RecipeError("reward_funcs", f"{env_rewards} need an environment task, not {self.dataset_name!r}",
                               "set dataset_name: sokoban | frozenlake, or use a reward of the dataset's task")
 
     @property
@@ -99,41 +120,105 @@ class TaskArguments(EnvTaskFields):
         return self.dataset_name in ENV_TASKS
 
 
-def recipe_parser() -> TrlParser:
-    """The parser of recipes (three dataclasses, one YAML namespace)."""
-    return TrlParser((TaskArguments, WinnowConfig, ModelConfig))
+DESCRIPTION = """Train a language model with GRPO and winnow-rl's stage pipeline (TRL's GRPOTrainer underneath).
+
+A recipe is one YAML file of the fields below; flags on the command line override it:
+
+  accelerate launch launch/train.py --config configs/demo/smollm2-arithmetic.yaml --output_dir outputs/demo
+  python launch/train.py --config RECIPE.yaml --resume_from_checkpoint true   # continue the run in output_dir
+"""
+
+EPILOG = """The run folder (output_dir) receives checkpoints, metrics.jsonl, metrics.png, the final model and
+recipe.resolved.yaml (every field, flat: --config recipe.resolved.yaml runs the same experiment again).
+A folder that holds a run is refused unless --resume_from_checkpoint or --overwrite_output_dir is given.
+Mistakes are reported as one line `error: ... Fix: ...` (exit 2) before any weights load; set
+WINNOW_TRACEBACK=1 (or pass --traceback) for the full traceback. Under `accelerate launch`, its -q flag
+drops accelerate's own CalledProcessError traceback that follows the line.
+"""
+
+RUN_FIELDS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "model_name_or_path", "import_modules",
+              "launch_processes", "max_steps", "num_train_epochs", "seed", "report_to")
+CLASSES = (TaskArguments, WinnowConfig, ModelConfig)
+
+
+def recipe_parser() -> RecipeParser:
+    """The parser of recipes (three dataclasses, one YAML namespace), its --help grouped by topic."""
+    from transformers import TrainingArguments
+    from trl import GRPOConfig
+
+    from . import stages
+    from .config_server import ServerFields
+    from .config_teacher import TeacherFields
+
+    sections = [
+        ("run", "", RUN_FIELDS),
+        ("task: what to train on", "", own_fields(TaskArguments)),
+        ("stages: winnow-rl's pipeline (rollout_filter -> rollout_dropout -> advantage -> loss_variant) and its knobs",
+         "", own_fields(WinnowConfig)),
+        ("teacher (UECR and the teacher baselines)", "", own_fields(TeacherFields)),
+        ("vLLM server and weight sync", "", own_fields(ServerFields)),
+        ("environment tasks (dataset_name: sokoban | frozenlake)", "", own_fields(EnvTaskFields)),
+        ("model (TRL ModelConfig; LoRA with use_peft)", "", own_fields(ModelConfig)),
+        ("TRL GRPOConfig", "", own_fields(GRPOConfig)),
+        ("transformers TrainingArguments", "", own_fields(TrainingArguments)),
+    ]
+    parser = RecipeParser(CLASSES, sections, DESCRIPTION, EPILOG)
+    for action in parser._actions:
+        if action.dest in stages.STAGE_KINDS:
+            action.help = f"{action.help} Choices: {', '.join(stages.available(action.dest))}."
+        elif action.dest == "resume_from_checkpoint":
+            action.help = ("Continue a run: a checkpoint folder, or `true` for the latest checkpoint-N in output_dir "
+                           "(its metrics.jsonl is kept and continued).")
+        elif action.dest == "model_name_or_path":
+            action.help = (f"The policy: a hub id, a local model folder or an offline alias ({', '.join(OFFLINE_MODELS)}; "
+                           "built locally by trainer/assets.py).")
+    return parser
 
 
 def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, WinnowConfig, ModelConfig]:
-    """Parse ``--config recipe.yaml`` and CLI overrides; unknown keys and values of the wrong type are errors."""
-    _check_yaml_types(sys.argv[1:] if argv is None else list(argv))
-    task, args, model_args = recipe_parser().parse_args_and_config(args=argv)
+    """Parse ``--config recipe.yaml`` and CLI overrides (CLI beats YAML beats defaults). Every mistake --
+    missing or malformed file, unknown key, wrong type, invalid value -- raises a ``ConfigError`` naming the
+    field and the fix; nothing heavy has happened yet."""
+    from .recipe_types import check_recipe_types
+
+    path, rest = split_config_flag(sys.argv[1:] if argv is None else list(argv))
+    config = read_recipe_file(path) if path else {}
+    modules = config.get("import_modules") or []
+    import_modules([modules] if isinstance(modules, str) else list(modules))
+    import_modules(cli_values(rest, "import_modules") or [])
+    parser = recipe_parser()
+    check_keys(parser, config, [])
+    check_recipe_types(config, CLASSES)
+    env = config.pop("env", None) or {}
+    if not isinstance(env, dict):
+        raise RecipeError("env", f"must be a mapping of environment variables (got {env!r})", "write env: {NAME: value}")
+    for key, value in env.items():  # TrlParser's `env` key
+        os.environ[str(key)] = str(value)
+    # Under a launcher (WORLD_SIZE set), before TrainingArguments exists: its __post_init__ already sets up the
+    # distributed state. A plain `python` start is checked by check_run (a parse alone, e.g. of a recipe sized
+    # for 8 GPUs on a laptop, stays possible).
+    launch_processes = str((cli_values(rest, "launch_processes") or [config.get("launch_processes")])[-1])
+    if "WORLD_SIZE" in os.environ and launch_processes.isdigit():  # else argparse's type check names the flag
+        check_process_count(int(launch_processes))
+    parser.set_defaults_with_config(**config)
+    task, args, model_args, remaining = parser.parse_args_into_dataclasses(args=rest, return_remaining_strings=True)
+    check_keys(parser, {}, remaining)
+    if cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs"):
+        # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it.
+        base = config["dataset_kwargs"]
+        base = json.loads(base) if isinstance(base, str) else dict(base)
+        task.dataset_kwargs = {**base, **(task.dataset_kwargs or {})}
     if task.enable_thinking is not None:
         kwargs = dict(args.chat_template_kwargs or {})
         kwargs["enable_thinking"] = task.enable_thinking
         args.chat_template_kwargs = kwargs
     if "overlong_penalty" in task.reward_funcs and not 0 < task.overlong_buffer_len <= args.max_completion_length:
-        raise ConfigError(
+        raise RecipeError(
             "overlong_buffer_len",
             f"must be in (0, max_completion_length={args.max_completion_length}] (got {task.overlong_buffer_len})",
             "DAPO uses 4096 of 20480; pick a buffer smaller than the response budget",
         )
     return task, args, model_args
-
-
-def _check_yaml_types(argv: list[str]) -> None:
-    """Type-check the values of the ``--config`` YAML (argparse never sees them as strings; see recipe_types)."""
-    import yaml
-
-    from .recipe_types import check_recipe_types
-
-    path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"), None)
-    path = path or next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), None)
-    if path is None:
-        return
-    with open(path) as fh:
-        config = yaml.safe_load(fh) or {}
-    check_recipe_types(config, (TaskArguments, WinnowConfig, ModelConfig))
 
 
 def resolve_model_path(name: str) -> str:
@@ -148,7 +233,7 @@ def resolve_model_path(name: str) -> str:
 def check_launch(task: TaskArguments, num_processes: int) -> None:
     """Fail fast when the recipe is launched on a process count it was not sized for."""
     if task.launch_processes is not None and task.launch_processes != num_processes:
-        raise ConfigError(
+        raise RecipeError(
             "launch_processes",
             f"the recipe's batch sizes assume {task.launch_processes} training processes, but this launch has {num_processes}",
             "launch with the accelerate config the recipe names, or adjust per_device_train_batch_size / "
@@ -156,14 +241,38 @@ def check_launch(task: TaskArguments, num_processes: int) -> None:
         )
 
 
-def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig):
-    """Dataset + reward functions + model -> a ``WinnowGRPOTrainer`` with the metrics file callback."""
-    import rewards
+def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> None:
+    """What a launch checks before it prepares anything: process count, output folder, resume, models,
+    fields that only work together (each a RecipeError naming the field and the fix)."""
+    from . import recipe_checks as checks
+
+    checks.check_process_count(task.launch_processes)
+    checks.check_output_dir(args.output_dir, args.resume_from_checkpoint, task.overwrite_output_dir)
+    checks.check_resume(args.output_dir, args.resume_from_checkpoint)
+    checks.check_model_path("model_name_or_path", model_args.model_name_or_path, list(OFFLINE_MODELS),
+                            model_args.model_revision)
+    if args.teacher_model_name_or_path:
+        checks.check_model_path("teacher_model_name_or_path", args.teacher_model_name_or_path, list(OFFLINE_MODELS))
+    checks.check_field_combinations(task, args, model_args)
+
+
+@dataclass
+class RunInputs:
+    """Everything a trainer needs besides the model weights, prepared (and checked) before they load."""
+
+    model_path: str
+    dataset: Any
+    tokenizer: Any
+    reward_funcs: list
+
+
+def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> RunInputs:
+    """Model path, dataset, tokenizer and reward functions -- every data and reward mistake surfaces here as a
+    RecipeError, before any weights load."""
     from transformers import AutoTokenizer
 
-    from .data import load_task_dataset
-    from .grpo_trainer import WinnowGRPOTrainer
-    from .run_artifacts import MetricsFileCallback
+    from . import recipe_checks as checks
+    from .data import DatasetUnavailableError, list_task_datasets, load_task_dataset
 
     from accelerate import PartialState
 
@@ -171,20 +280,44 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
     model_path = resolve_model_path(model_args.model_name_or_path)
     if args.teacher_model_name_or_path:
         args.teacher_model_name_or_path = resolve_model_path(args.teacher_model_name_or_path)
-    dataset = load_task_dataset(task.dataset_name, **(task.dataset_kwargs or {}))
+    if task.dataset_name not in list_task_datasets():
+        raise RecipeError("dataset_name", f"unknown task dataset {task.dataset_name!r}",
+                          f"use one of {', '.join(list_task_datasets())} (or register yours via import_modules)")
+    try:
+        dataset = load_task_dataset(task.dataset_name, **(task.dataset_kwargs or {}))
+    except (FileNotFoundError, DatasetUnavailableError, TypeError) as e:
+        raise RecipeError("dataset_kwargs", " ".join(str(e).split()),
+                          "fix the dataset's path / keyword arguments (the message lists what the loader accepts)") from None
+    except StopIteration:  # `datasets`' JSON reader on an empty file
+        raise RecipeError("dataset_kwargs", f"dataset {task.dataset_name!r} read an empty file ({task.dataset_kwargs})",
+                          "point path at a file with rows") from None
+    checks.check_dataset(dataset, task)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if task.max_prompt_tokens is not None and not task.is_env_task:  # env prompts are placeholders (envs/levels.py)
         dataset = filter_long_prompts(dataset, tokenizer, task.max_prompt_tokens, args.chat_template_kwargs or {})
+        checks.check_dataset(dataset, task)
     reward_options = dict(
         timeout=task.reward_timeout,
         max_completion_length=args.max_completion_length,
         overlong_buffer_len=task.overlong_buffer_len,
         overlong_penalty_factor=task.overlong_penalty_factor,
     )
-    reward_funcs = [rewards.get_reward(name, **reward_options) for name in task.reward_funcs]
+    reward_funcs = [checks.resolve_reward(name, reward_options) for name in task.reward_funcs]
+    if not task.is_env_task:  # env rewards read the rollout's episode fields, not dataset columns
+        checks.probe_rewards(reward_funcs, task.reward_funcs, dataset)
+    return RunInputs(model_path, dataset, tokenizer, reward_funcs)
+
+
+def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig, inputs: RunInputs | None = None):
+    """Prepared inputs + model -> a ``WinnowGRPOTrainer`` with the metrics file callback."""
+    from .data import load_task_dataset
+    from .grpo_trainer import WinnowGRPOTrainer
+    from .run_artifacts import MetricsFileCallback, quiet_tied_weight_warning
+
+    inputs = inputs or prepare_run(task, args, model_args)
     env_kwargs = {}
     if task.is_env_task:
-        env_kwargs = dict(rollout_func=build_env_rollout(task, args, tokenizer))
+        env_kwargs = dict(rollout_func=build_env_rollout(task, args, inputs.tokenizer))
         if args.eval_strategy != "no":
             env_kwargs["eval_dataset"] = load_task_dataset(task.dataset_name, split="validation", num_levels=task.env_eval_levels)
     init_kwargs = dict(args.model_init_kwargs or {})
@@ -194,16 +327,42 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
         init_kwargs.setdefault("attn_implementation", model_args.attn_implementation)
     args.model_init_kwargs = init_kwargs or None
     trainer = WinnowGRPOTrainer(
-        model=model_path,
-        reward_funcs=reward_funcs,
+        model=inputs.model_path,
+        reward_funcs=inputs.reward_funcs,
         args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
+        train_dataset=inputs.dataset,
+        processing_class=inputs.tokenizer,
         peft_config=get_peft_config(model_args),
         callbacks=[MetricsFileCallback(args.output_dir, plot=task.plot)],
         **env_kwargs,
     )
+    quiet_tied_weight_warning(trainer)
+    name_card_base_model(trainer, model_args.model_name_or_path)
     return trainer
+
+
+def name_card_base_model(trainer: Any, name: str) -> None:
+    """Make the model card TRL writes name the model the run started from. TRL reads it from the loaded
+    config's path and has no name for a local folder (its card then reads "fine-tuned version of [None]"):
+    an ``offline:`` alias built from a published model names that model, any other local folder its path."""
+    base = OFFLINE_BASE_MODELS.get(name, name)
+    create = trainer.create_model_card
+
+    def create_model_card(*a: Any, **k: Any) -> None:
+        config = trainer.model.config
+        saved = getattr(config, "_name_or_path", "")
+        config._name_or_path = base  # read by TRL's create_model_card only; the real path is restored at once
+        try:
+            create(*a, **k)
+        finally:
+            config._name_or_path = saved
+        card = Path(trainer.args.output_dir) / "README.md"
+        if trainer.is_world_process_zero() and card.is_file():
+            text = card.read_text()
+            if "[None](https://huggingface.co/None)" in text:
+                card.write_text(text.replace("[None](https://huggingface.co/None)", f"`{name}` (a local model)"))
+
+    trainer.create_model_card = create_model_card
 
 
 def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
@@ -226,26 +385,46 @@ def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_
 
     def short_enough(row: dict) -> bool:
         ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, **template_kwargs)
-        ids = ids["input_ids"] if isinstance(ids, dict) else ids
+        ids = ids["input_ids"] if isinstance(ids, Mapping) else ids  # a BatchEncoding is a Mapping, not a dict
         return len(ids) <= max_tokens
 
+    import datasets
+
     before = len(dataset)
-    dataset = dataset.filter(short_enough)
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # a bar on stderr before the run starts would bury a one-line error after it
+    try:
+        dataset = dataset.filter(short_enough)
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
     logger.info("max_prompt_tokens=%d dropped %d of %d prompts", max_tokens, before - len(dataset), before)
     return dataset
 
 
-def save_resolved_recipe(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig, path: str | Path) -> None:
-    """Write every resolved field (defaults included) so a run folder documents its own experiment."""
-    import dataclasses
+# Left out of recipe.resolved.yaml: fields about one invocation, not the experiment (a re-run of the file must
+# neither resume nor delete the run it describes); hub_token, a secret; values derived from others
+# (generation_batch_size from steps_per_generation; TRL refuses both) and deprecated aliases of kept ones.
+NOT_RESOLVED = ("resume_from_checkpoint", "overwrite_output_dir", "hub_token", "generation_batch_size",
+                "gradient_checkpointing", "gradient_checkpointing_kwargs")
 
+
+def resolved_recipe(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> dict[str, Any]:
+    """Every field of the parsed recipe (defaults included) as one flat mapping that ``--config`` reads back."""
+    out: dict[str, Any] = {}
+    for obj in (task, model_args, args):
+        out.update({f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                    if f.init and f.name not in NOT_RESOLVED})
+    return out
+
+
+def save_resolved_recipe(recipe: dict[str, Any], path: str | Path) -> None:
+    """Write :func:`resolved_recipe`'s mapping so a run folder documents -- and re-runs -- its own experiment."""
     import yaml
 
-    def plain(obj: Any) -> dict:
-        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(yaml.safe_dump({"task": plain(task), "model": plain(model_args), "training": plain(args)}, sort_keys=True))
+    header = "# Every field of this run (defaults included). Re-run: python launch/train.py --config THIS_FILE --output_dir NEW\n"
+    Path(path).write_text(header + yaml.safe_dump(recipe, sort_keys=True))
 
 
 def _plain(value: Any) -> Any:
@@ -257,4 +436,6 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # e.g. TrainingArguments.accelerator_config
+        return _plain(dataclasses.asdict(value))
     return str(value)

@@ -4,11 +4,15 @@
   the main process only, flushed every line so a killed run keeps everything logged so far.
 - ``metrics.png``: reward and token entropy per optimizer step, drawn at the end of training (and
   redrawable with :func:`plot_metrics` from any ``metrics.jsonl``).
+
+Also here: the learning verdict of ``python -m trainer.run_artifacts OUTPUT_DIR`` and the filter that keeps a
+resume of a tied-embedding model from printing transformers' "missing keys" alarm for the tied copy.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -51,6 +55,44 @@ class MetricsFileCallback(TrainerCallback):
         """Draw the plot next to the log (main process only)."""
         if state.is_world_process_zero and self.plot and self.path.exists():
             plot_metrics(self.path, self.path.with_suffix(".png"))
+
+
+class _TiedKeysFilter(logging.Filter):
+    """Drop transformers' "There were missing keys in the checkpoint model loaded: [...]" when every missing key
+    is a parameter tied to another one: safetensors stores a tied tensor once (``lm_head.weight`` shares the
+    embedding's storage), so the load restores it through its twin and nothing is missing."""
+
+    def __init__(self, trainer: Any):
+        super().__init__()
+        self.trainer = trainer
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("There were missing keys in the checkpoint model loaded:"):
+            return True
+        return not set(_listed_keys(message)) <= tied_parameter_names(self.trainer.model)
+
+
+def _listed_keys(message: str) -> list[str]:
+    import ast
+
+    try:
+        return list(ast.literal_eval(message.split(":", 1)[1].strip().rstrip(".")))
+    except (ValueError, SyntaxError):
+        return []
+
+
+def tied_parameter_names(model: Any) -> set[str]:
+    """Names of parameters that share their storage with another parameter of ``model``."""
+    by_storage: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_storage.setdefault(param.data_ptr(), []).append(name)
+    return {name for names in by_storage.values() if len(names) > 1 for name in names}
+
+
+def quiet_tied_weight_warning(trainer: Any) -> None:
+    """Install :class:`_TiedKeysFilter` on the Trainer's logger for ``trainer``."""
+    logging.getLogger("transformers.trainer").addFilter(_TiedKeysFilter(trainer))
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -110,14 +152,24 @@ def main(argv: list[str] | None = None) -> None:
     jsonl = cli.output_dir / "metrics.jsonl"
     rows = read_metrics(jsonl)
     png = plot_metrics(jsonl, jsonl.with_suffix(".png"))
-    q = quarter_comparison(rows)
     times = sorted(float(r["step_time"]) for r in rows if isinstance(r.get("step_time"), (int, float)))
-    verdict = "learned" if q["difference"] > 2 * q["stderr"] else "no significant change"
     print(f"{len(rows)} steps; median step time {times[len(times) // 2] if times else float('nan'):.1f} s; plot: {png}")
-    print(
-        f"reward: first quarter {q['first_quarter']:.3f}, last quarter {q['last_quarter']:.3f}, "
-        f"difference {q['difference']:+.3f} (2 x stderr = {2 * q['stderr']:.3f}): {verdict}"
-    )
+    print(learning_verdict(rows))
+
+
+MIN_STEPS_PER_QUARTER = 2  # a standard error needs two values on each side
+
+
+def learning_verdict(rows: list[dict[str, Any]]) -> str:
+    """The demo's learning check as one line: last quarter of rewards vs the first, against 2 x stderr; with
+    fewer than two steps per quarter there is no standard error, so no verdict."""
+    n = sum(1 for r in rows if isinstance(r.get("reward"), (int, float)))
+    if n < 4 * MIN_STEPS_PER_QUARTER:
+        return f"reward: {n} steps, too few steps to judge (need at least {4 * MIN_STEPS_PER_QUARTER})"
+    q = quarter_comparison(rows)
+    verdict = "learned" if q["difference"] > 2 * q["stderr"] else "no significant change"
+    return (f"reward: first quarter {q['first_quarter']:.3f}, last quarter {q['last_quarter']:.3f}, "
+            f"difference {q['difference']:+.3f} (2 x stderr = {2 * q['stderr']:.3f}): {verdict}")
 
 
 def _jsonable(value: Any) -> Any:

@@ -129,15 +129,22 @@ def run(config: EvalConfig) -> dict[str, Any]:
 def evaluate_system(config: EvalConfig, system: SystemSpec, items: dict[str, list[EvalItem]]) -> list[dict]:
     """All records of one system, generating only the questions its results file does not hold yet."""
     folder = Path(config.output_dir) / system.name
-    folder.mkdir(parents=True, exist_ok=True)
-    _check_config(folder / "config.json", config, system)
+    config_file = folder / "config.json"
+    _check_config(config_file, config, system)
     results = folder / "results.jsonl"
     ks = {b.name: b.k for b in config.benchmarks}
     done = _load_complete(results, ks)
     todo = [(b, item) for b, lst in items.items() for item in lst if (b, item.id) not in done]
     logger.info("system %s: %d questions done, %d to generate", system.name, sum(1 for _ in done), len(todo))
+    generator = model = tokenizer = None
     if todo:
         generator, model, tokenizer = _build_generator(config, system, items)
+    # Recorded only now that the backend and its model loaded: a typo in a model path leaves no config.json
+    # that would make the corrected re-run refuse the folder.
+    folder.mkdir(parents=True, exist_ok=True)
+    if not config_file.exists():
+        config_file.write_text(json.dumps(_config_record(config, system), indent=2))
+    if todo:
         # Only the vLLM engine gains from batching questions; elsewhere one question per call means a kill
         # loses at most the question in flight.
         batch = config.question_batch if system.backend == "vllm" else 1
@@ -203,18 +210,18 @@ def _build_generator(config: EvalConfig, system: SystemSpec, items: dict[str, li
     return VLLMEngineGenerator(path, config.decoding, config.chat_template_kwargs), model, tokenizer
 
 
+def _config_record(config: EvalConfig, system: SystemSpec) -> dict[str, Any]:
+    """What ``<system>/config.json`` records: everything that changes a system's results."""
+    return {"system": asdict(system), "decoding": asdict(config.decoding), "entropy": config.entropy,
+            "chat_template_kwargs": config.chat_template_kwargs,
+            "benchmarks": [asdict(b) for b in config.benchmarks]}
+
+
 def _check_config(path: Path, config: EvalConfig, system: SystemSpec) -> None:
     """Refuse to append results produced under another configuration to an existing results file."""
-    current = {"system": asdict(system), "decoding": asdict(config.decoding), "entropy": config.entropy,
-               "chat_template_kwargs": config.chat_template_kwargs,
-               "benchmarks": [asdict(b) for b in config.benchmarks]}
-    if path.exists():
-        previous = json.loads(path.read_text())
-        if previous != current:
-            raise ValueError(f"{path.parent} holds results of another configuration ({path}); use another "
-                             "output_dir or delete that folder to start over")
-    else:
-        path.write_text(json.dumps(current, indent=2))
+    if path.exists() and json.loads(path.read_text()) != _config_record(config, system):
+        raise ValueError(f"{path.parent} holds results of another configuration ({path}); use another "
+                         "output_dir or delete that folder to start over")
 
 
 def _load_complete(results: Path, ks: dict[str, int]) -> dict[tuple[str, str], list[dict]]:

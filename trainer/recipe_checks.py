@@ -1,0 +1,185 @@
+"""Checks of a parsed recipe against the machine, run before any weights load.
+
+Each raises :class:`~trainer.recipe_parser.RecipeError` (``<field>: <what>. Fix: <how>``): the launch's
+process count, the output folder (a run in it is never overwritten by accident), the checkpoint to resume
+from, the model path or ``offline:`` alias, combinations of fields that only fail minutes later (LoRA weight
+sync without LoRA, one reward weight per reward function), a dataset with no rows, and each reward function
+against the task's columns (called once on the first row: the rewards raise on a recipe error, never on a
+model's output).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .recipe_parser import RecipeError
+
+# What makes a folder hold a run (rather than, say, a README a user put there): anything a training run
+# writes that a fresh run would overwrite, append to or rotate away.
+_RUN_FILES = ("metrics.jsonl", "trainer_state.json", "model.safetensors", "model.safetensors.index.json",
+              "adapter_model.safetensors", "pytorch_model.bin")
+_CHECKPOINT = re.compile(r"^checkpoint-\d+$")
+
+
+def is_main_process() -> bool:
+    """Rank 0 of the launch (read from the launcher's environment: no process group exists yet)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def check_process_count(launch_processes: int | None) -> None:
+    """The recipe's ``launch_processes`` against the launch's WORLD_SIZE (set by accelerate/torchrun)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if launch_processes is not None and launch_processes != world:
+        raise RecipeError(
+            "launch_processes",
+            f"the recipe's batch sizes assume {launch_processes} training processes, but this launch has {world}",
+            "launch with the accelerate config the recipe names, or adjust per_device_train_batch_size / "
+            "gradient_accumulation_steps / steps_per_generation and launch_processes together",
+        )
+
+
+def run_entries(output_dir: str | Path) -> list[str]:
+    """What in ``output_dir`` belongs to a training run (checkpoints, metrics, final weights), sorted."""
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if _CHECKPOINT.match(p.name) or p.name in _RUN_FILES)
+
+
+def resume_requested(resume: Any) -> bool:
+    """Whether ``resume_from_checkpoint`` asks for a resume (``false``/empty do not)."""
+    return bool(resume) and str(resume).strip().lower() not in ("false", "no", "0", "none")
+
+
+def check_output_dir(output_dir: str, resume: Any, overwrite: bool) -> None:
+    """Refuse a folder that holds a run unless the recipe resumes it or asks to start over; the folder (or
+    the nearest existing parent) must be a writable directory."""
+    folder = Path(output_dir).expanduser()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise RecipeError("output_dir", f"{existing} is a file, not a folder", "choose another --output_dir")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RecipeError("output_dir", f"{existing} is not writable", "choose a folder you can write to with --output_dir")
+    if resume_requested(resume) and overwrite:
+        raise RecipeError("overwrite_output_dir", "set together with resume_from_checkpoint",
+                          "resume the run (drop --overwrite_output_dir) or start over (drop --resume_from_checkpoint)")
+    entries = run_entries(folder)
+    if entries and not resume_requested(resume) and not overwrite:
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise RecipeError("output_dir", f"{folder} already holds a run ({shown})",
+                          "continue it with --resume_from_checkpoint true, start over with --overwrite_output_dir true "
+                          "(deletes that folder's contents), or pick another --output_dir")
+    if overwrite and folder.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents, Path.home().resolve()):
+        raise RecipeError("overwrite_output_dir", f"would delete {folder.resolve()}, which holds the current directory "
+                          "or is your home", "point --output_dir at the run's own folder")
+
+
+def check_resume(output_dir: str, resume: Any) -> None:
+    """A resume needs a checkpoint: ``true``/``latest`` one in ``output_dir``, a path an existing folder."""
+    if not resume_requested(resume):
+        return
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if str(resume).strip().lower() in ("true", "latest", "yes", "1"):
+        if not Path(output_dir).is_dir() or get_last_checkpoint(output_dir) is None:
+            raise RecipeError("resume_from_checkpoint", f"no checkpoint-N folder in {output_dir} to resume from",
+                              "start the run without --resume_from_checkpoint, or point --output_dir at the run to continue")
+    elif not (Path(resume) / "trainer_state.json").is_file():
+        raise RecipeError("resume_from_checkpoint", f"{resume} is not a checkpoint folder (no trainer_state.json)",
+                          "pass a checkpoint-N folder of a run, or true for the latest one in output_dir")
+
+
+def clear_output_dir(output_dir: str) -> None:
+    """``overwrite_output_dir``: empty the folder (main process only) so the new run starts clean."""
+    folder = Path(output_dir)
+    if not is_main_process() or not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def check_model_path(field_name: str, name: str | None, aliases: Sequence[str], revision: str | None = None) -> None:
+    """A model that cannot be found fails here: an unknown ``offline:`` alias, a local path with no model,
+    or (offline) a hub id that is not in the local cache."""
+    if not name:
+        raise RecipeError(field_name, "no model given", f"set {field_name}: a hub id, a local folder or one of {list(aliases)}")
+    if name.startswith("offline:"):
+        if name not in aliases:
+            raise RecipeError(field_name, f"unknown offline alias {name!r}", f"use one of {list(aliases)}")
+        return
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith(("/", ".", "~")):
+        if not ((path / "config.json").is_file() or (path / "adapter_config.json").is_file()):
+            raise RecipeError(field_name, f"no model at {name} (no config.json there)",
+                              f"give a folder written by save_pretrained, a hub id, or one of {list(aliases)}")
+        return
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
+            raise RecipeError(field_name, f"{name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
+                              f"download it first (hf download {name}), give a local folder, or use one of {list(aliases)}")
+
+
+def check_field_combinations(task: Any, args: Any, model_args: Any) -> None:
+    """Fields of different dataclasses that only make sense together."""
+    if args.weight_sync == "lora" and not model_args.use_peft:
+        raise RecipeError("weight_sync", "'lora' sends LoRA adapters to the server, but use_peft is false",
+                          "set use_peft: true (with lora_r / lora_target_modules), or use weight_sync: auto")
+    if args.reward_weights is not None and len(args.reward_weights) != len(task.reward_funcs):
+        raise RecipeError("reward_weights", f"{len(args.reward_weights)} weights for {len(task.reward_funcs)} reward "
+                          f"functions {task.reward_funcs}", "give one weight per entry of reward_funcs (same order)")
+
+
+def resolve_reward(name: str, options: dict[str, Any]) -> Callable:
+    """A registered reward by name, or a function by dotted import path (``my_pkg.rewards.fn``, as ``trl grpo``)."""
+    import importlib
+
+    import rewards
+
+    if name in rewards.available():
+        return rewards.get_reward(name, **options)
+    if "." in name:
+        module_name, attr = name.rsplit(".", 1)
+        try:
+            fn = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as e:
+            raise RecipeError("reward_funcs", f"cannot import {name!r} ({e})",
+                              "give a module.function path importable from here, or a registered name") from None
+        if callable(fn):
+            return fn
+    raise RecipeError("reward_funcs", f"no reward function named {name!r}",
+                      f"use a registered one ({', '.join(rewards.available())}) or a dotted path my_pkg.module.function")
+
+
+def check_dataset(dataset: Any, task: Any) -> None:
+    """A dataset with no rows would train nothing and save the untouched model as the result."""
+    if len(dataset) == 0:
+        raise RecipeError("dataset_kwargs", f"dataset {task.dataset_name!r} has 0 rows with {task.dataset_kwargs or {}} "
+                          "(empty file, num_samples: 0, or every prompt over max_prompt_tokens)",
+                          "point path at a file with rows, raise num_samples, or raise max_prompt_tokens")
+
+
+def probe_rewards(reward_funcs: Sequence[Callable], names: Sequence[str], dataset: Any) -> None:
+    """Call each reward once on the first row with an empty completion: a missing or malformed column raises
+    there (the rewards fail loudly on recipe errors and score any model output), not after the model loaded."""
+    row = dataset[0]
+    columns = {key: [value] for key, value in row.items() if key != "prompt"}
+    conversational = isinstance(row["prompt"], list)
+    completion = [{"role": "assistant", "content": ""}] if conversational else ""
+    for name, fn in zip(names, reward_funcs):
+        try:
+            fn(prompts=[row["prompt"]], completions=[completion], completion_ids=[[]], trainer_state=None,
+               log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None, **columns)
+        except Exception as e:  # noqa: BLE001 -- any failure here is the recipe's, reported as one line
+            problem = " ".join(str(e).split())[:300]
+            raise RecipeError("reward_funcs", f"{name!r} cannot score rows of dataset with columns {sorted(row)}: "
+                              f"{type(e).__name__}: {problem}",
+                              "pick a reward made for this task's columns (or a dataset whose columns it reads)") from None
