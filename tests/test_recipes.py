@@ -136,7 +136,7 @@ RAGEN_MAIN = {
     "learning_rate": 1e-6,
     "lr_scheduler_type": "constant",  # verl's actor default (no warm-up)
     "entropy_coef": 0.001,
-    "beta": 0.001,  # kl_loss_coef
+    "beta": 0.0,  # no KL: base.yaml use_kl_loss False, kl_loss_coef 0; the main-table script keeps it off
     "epsilon": 0.2,
     "epsilon_high": 0.28,
     "temperature": 1.0,
