@@ -176,7 +176,8 @@ RAGEN_EPISODE = {"max_turns": 5, "max_actions_per_turn": 2, "max_actions_per_epi
 RAGEN_ENVS = {
     "sokoban": {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 300, "max_steps": 100,
                 "observation_format": "grid_coord"},
-    "frozenlake": {"size": 4, "p": 0.8, "success_rate": 0.8, "max_steps": 100, "observation_format": "grid_coord"},
+    # RAGEN's FrozenLakeEnvConfig p 0.9 (config.py:9); deterministic as _3_frozen_lake.yaml:23 and the main-table script
+    "frozenlake": {"size": 4, "p": 0.9, "success_rate": 1.0, "max_steps": 100, "observation_format": "grid_coord"},
 }
 for env, env_kwargs in RAGEN_ENVS.items():
     for algo, algo_settings in RAGEN_ALGOS.items():
@@ -187,6 +188,9 @@ for env, env_kwargs in RAGEN_ENVS.items():
             if algo == "grpo":
                 RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-instruct-{env}-grpo-{filt}.yaml"] = (
                     row, "Qwen/Qwen2.5-3B-Instruct")
+                if env == "frozenlake":  # the slippery variant: envs.yaml CoordFrozenLake success_rate 0.8
+                    RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-frozenlake-slippery0.8-grpo-{filt}.yaml"] = (
+                        {**row, "env_kwargs": {**env_kwargs, "success_rate": 0.8}}, "Qwen/Qwen2.5-3B")
 PAPER_RECIPES.update(RAGEN_RECIPES)
 
 
