@@ -24,6 +24,9 @@ DROPOUT_SELECTORS = ("paper", "balanced_push")
 ON_LIMIT = ("partial", "error")
 
 
+THINK_PREFILL = "<think>"  # RAGEN's generation-prompt suffix with enable_think (ctx_manager.py:1260-1261)
+
+
 class ConfigError(ValueError):
     """An invalid configuration value: the message names the field and how to fix it."""
 
@@ -298,6 +301,16 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "help": "Skip (and log) an optimizer step whose loss or gradient is NaN/inf instead of applying it: weights, "
             "optimizer state and LR schedule stay unchanged (trainer/numerics_guard.py). Costs one scalar all-reduce "
             "per micro-batch; False = TRL's behaviour."
+        },
+    )
+    think_prefill: bool = field(
+        default=False,
+        metadata={
+            "help": "End the generation prompt with '<think>' (after the chat template's assistant header) and score "
+            "each reply with '<think>' prepended, as RAGEN does (mll-lab-nu/RAGEN@20daedc ragen/llm_agent/ctx_manager.py:"
+            "1259-1263, 1406): a reply 'reasoning</think><answer>Up</answer>' is then well-formed. The prefill tokens "
+            "are context, never trained on. Single-turn tasks and the multi-turn rollout; for models whose template "
+            "opens the think block itself (Qwen3 thinking mode) leave it off."
         },
     )
     collapse_turns: str = field(

@@ -24,11 +24,12 @@ from trl import GRPOTrainer
 from . import atomic_checkpoint, stages
 from .collapse import CollapseDetector
 from .compaction import compact
-from .config import ConfigError, WinnowConfig
+from .config import THINK_PREFILL, ConfigError, WinnowConfig
 from .config_server import resolve_weight_sync
 from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
+from .prefill import prefill_ids, with_prefill
 from .reward_guard import RewardGuard
 from .rollout_batch import RolloutBatch, gather_padded
 from .server_generation import generation_class
@@ -87,8 +88,19 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     # --- TRL override points -------------------------------------------------------------------------
 
+    def _tokenize_prompts(self, prompts: list):
+        """TRL's prompt tokenisation, then the think prefill's ids after the generation prompt (trainer/prefill.py)."""
+        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        if self.args.think_prefill:
+            extra = prefill_ids(self._tokenizer, THINK_PREFILL)
+            prompt_ids = [list(ids) + extra for ids in prompt_ids]
+        return prompt_ids, images, multimodal_fields
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401
-        """TRL's reward computation (gathered over processes), with reward failures raised on every rank."""
+        """TRL's reward computation (gathered over processes), with reward failures raised on every rank; with the
+        think prefill, single-turn replies are scored with it in front (the multi-turn rollout parses its own)."""
+        if self.args.think_prefill and self.rollout_func is None:
+            completions = with_prefill(completions, THINK_PREFILL)
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._reward_guard.raise_if_failed(self.accelerator)
         self._global_rewards_per_func = rewards_per_func

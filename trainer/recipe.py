@@ -208,6 +208,7 @@ def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
     """The multi-turn rollout of an environment task, with the model's training chat template."""
     from envs.episode import EpisodeSettings
 
+    from .config import THINK_PREFILL
     from .rollout import ChatTokens, MultiTurnRollout, training_chat_template
 
     settings = EpisodeSettings(
@@ -216,7 +217,8 @@ def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
         require_think=task.require_think, max_tokens_hint=task.turn_max_tokens_hint,
     )
     chat = ChatTokens(tokenizer, training_chat_template(tokenizer), args.chat_template_kwargs)
-    return MultiTurnRollout(task.dataset_name, task.env_kwargs, settings, task.turn_max_tokens, task.env_eval_temperature, chat)
+    return MultiTurnRollout(task.dataset_name, task.env_kwargs, settings, task.turn_max_tokens, task.env_eval_temperature,
+                            chat, prefill=THINK_PREFILL if args.think_prefill else "")
 
 
 def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_kwargs: dict) -> Any:
