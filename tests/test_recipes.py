@@ -140,6 +140,7 @@ RAGEN_MAIN = {
     "epsilon": 0.2,
     "epsilon_high": 0.28,
     "temperature": 1.0,
+    "entropy_aggregation": "loss_type",  # dp_actor.py:452-456: agg_loss(entropy, mask, loss_agg_mode)
     "think_prefill": True,  # ctx_manager.py:1259-1263: the generation prompt ends with <think> (enable_think True)
     "max_completion_length": 400,
     "rollout_filter": "snr",
@@ -355,7 +356,8 @@ def resolved(path: Path, *extra: str) -> dict:
                                           "dynamic_sampling", "dynamic_sampling_metric", "max_num_gen_batches")},
         **{k: getattr(args, k) for k in ("rollout_filter", "snr_metric", "snr_strategy", "snr_top_p_mode",
                                           "snr_include_zero", "snr_value", "collapse_detection",
-                                          "collapse_num_samples", "collapse_every", "think_prefill")},
+                                          "collapse_num_samples", "collapse_every", "think_prefill",
+                                          "entropy_aggregation")},
     }
 
 

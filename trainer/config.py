@@ -303,6 +303,15 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "per micro-batch; False = TRL's behaviour."
         },
     )
+    entropy_aggregation: str = field(
+        default="token_mean",
+        metadata={
+            "help": "How the entropy bonus (entropy_coef) is aggregated: 'token_mean' (TRL's: the micro-batch's mean "
+            "token entropy, whatever loss_type does) or 'loss_type' (verl's / RAGEN's: the same normaliser as the policy "
+            "term -- per-sequence token-mean for grpo, token sums for dr_grpo; trainer/entropy_bonus.py). Used only by "
+            "loss_variant none with a static entropy_coef."
+        },
+    )
     think_prefill: bool = field(
         default=False,
         metadata={
@@ -367,9 +376,13 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             ("snr_loss_scaling", LOSS_SCALING),
             ("dynamic_sampling_on_limit", ON_LIMIT),
             ("collapse_turns", ("first", "all")),
+            ("entropy_aggregation", ("token_mean", "loss_type")),
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
+        if self.entropy_aggregation == "loss_type" and (self.use_adaptive_entropy or self.top_entropy_quantile < 1.0):
+            raise ConfigError("entropy_aggregation", "'loss_type' is defined for a static entropy_coef on every token "
+                              "(not with use_adaptive_entropy or top_entropy_quantile < 1)", "use 'token_mean'")
         if self.vllm_request_timeout <= 0:
             raise ConfigError("vllm_request_timeout", f"must be > 0 (got {self.vllm_request_timeout})",
                               "use e.g. 600 (seconds; longer than the slowest generation call)")

@@ -28,6 +28,7 @@ from .config import THINK_PREFILL, ConfigError, WinnowConfig
 from .config_server import resolve_weight_sync
 from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
+from .entropy_bonus import loss_with_aggregated_entropy
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
 from .prefill import prefill_ids, with_prefill
 from .reward_guard import RewardGuard
@@ -251,6 +252,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
         TRL's entropy bonus and logged metrics -- means over the already-masked tokens -- stay as they are.
         """
         scale = inputs.get("winnow_loss_scale")
+        if self.args.entropy_aggregation == "loss_type" and self._entropy_bonus_enabled:
+            # RAGEN's (verl's) entropy bonus, aggregated like the policy term (trainer/entropy_bonus.py)
+            return loss_with_aggregated_entropy(self, inputs, lambda: self._trl_loss(model, inputs, scale), scale)
+        return self._trl_loss(model, inputs, scale)
+
+    def _trl_loss(self, model, inputs: dict[str, Any], scale: Any) -> torch.Tensor:
         if scale is None or self.loss_type not in ROW_NORMALISED_LOSSES:
             return super()._compute_loss(model, inputs)
         beta = self.beta
