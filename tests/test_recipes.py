@@ -157,7 +157,7 @@ RAGEN_ALGOS = {  # reference §1.7: GRPO = std-normalised, seq-mean-token-mean; 
     "dapo": {"loss_type": "dapo", "scale_rewards": "group"},
     "drgrpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
 }
-RAGEN_TASKS = {"countdown": ("countdown", ["countdown", "answer_format_penalty"]),
+RAGEN_TASKS = {"countdown": ("countdown", ["ragen_countdown"]),  # malformed = -0.1 only (es_manager.py:224-237)
                "metamathqa": ("metamathqa", ["math_accuracy", "answer_format_penalty"])}
 RAGEN_RECIPES = {}
 for task, (dataset, rewards) in RAGEN_TASKS.items():
