@@ -141,7 +141,9 @@ RAGEN_MAIN = {
     "epsilon_high": 0.28,
     "temperature": 1.0,
     "entropy_aggregation": "loss_type",  # dp_actor.py:452-456: agg_loss(entropy, mask, loss_agg_mode)
-    "think_prefill": True,  # ctx_manager.py:1259-1263: the generation prompt ends with <think> (enable_think True)
+    "think_prefill": True,
+    "reward_variance_stop_steps": 10,  # agent_trainer.py:1209-1242 (always on upstream)
+    "reward_variance_stop_ratio": 0.1,  # ctx_manager.py:1259-1263: the generation prompt ends with <think> (enable_think True)
     "max_completion_length": 400,
     "rollout_filter": "snr",
     "snr_metric": "reward_std",
@@ -357,7 +359,8 @@ def resolved(path: Path, *extra: str) -> dict:
         **{k: getattr(args, k) for k in ("rollout_filter", "snr_metric", "snr_strategy", "snr_top_p_mode",
                                           "snr_include_zero", "snr_value", "collapse_detection",
                                           "collapse_num_samples", "collapse_every", "think_prefill",
-                                          "entropy_aggregation")},
+                                          "entropy_aggregation", "reward_variance_stop_steps",
+                                          "reward_variance_stop_ratio")},
     }
 
 

@@ -312,6 +312,17 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "loss_variant none with a static entropy_coef."
         },
     )
+    reward_variance_stop_steps: int = field(
+        default=0,
+        metadata={
+            "help": "RAGEN's reward-variance collapse early stop (agent_trainer.py:1209-1242): the mean within-group "
+            "reward std of the first N non-empty generation batches sets a baseline, and training stops once N "
+            "consecutive ones are below reward_variance_stop_ratio x baseline. RAGEN: 10. 0 = off."
+        },
+    )
+    reward_variance_stop_ratio: float = field(
+        default=0.1, metadata={"help": "Fraction of the baseline below which a batch counts as collapsed (RAGEN: 0.1)."}
+    )
     think_prefill: bool = field(
         default=False,
         metadata={
@@ -380,6 +391,10 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
+        if self.reward_variance_stop_steps < 0 or not 0 < self.reward_variance_stop_ratio < 1:
+            raise ConfigError("reward_variance_stop_steps", f"needs steps >= 0 and 0 < reward_variance_stop_ratio < 1 "
+                              f"(got {self.reward_variance_stop_steps}, {self.reward_variance_stop_ratio})",
+                              "use RAGEN's 10 and 0.1, or 0 steps to turn it off")
         if self.entropy_aggregation == "loss_type" and (self.use_adaptive_entropy or self.top_entropy_quantile < 1.0):
             raise ConfigError("entropy_aggregation", "'loss_type' is defined for a static entropy_coef on every token "
                               "(not with use_adaptive_entropy or top_entropy_quantile < 1)", "use 'token_mean'")

@@ -32,6 +32,7 @@ from .entropy_bonus import loss_with_aggregated_entropy
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
 from .prefill import prefill_ids, with_prefill
 from .reward_guard import RewardGuard
+from .reward_variance_stop import RewardVarianceStop, RewardVarianceStopCallback, mean_group_reward_std
 from .rollout_batch import RolloutBatch, gather_padded
 from .server_generation import generation_class
 from .teacher import load_teacher, score_tokens
@@ -80,6 +81,11 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._numerics = NonFiniteGuard() if args.skip_nonfinite_steps else None
         if self._numerics is not None:
             self.add_callback(NonFiniteStepCallback(self, self._numerics))
+        self._rv_stop = None
+        if args.reward_variance_stop_steps > 0:  # RAGEN's reward-variance collapse stop (trainer/reward_variance_stop.py)
+            self._rv_stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
+            per_batch = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
+            self.add_callback(RewardVarianceStopCallback(self._rv_stop, per_batch))
         self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
         self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
         # The frozen teacher exists only when a configured stage scores with it (off means off).
@@ -136,6 +142,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._apply_decision(output, decision)
         for name, value in decision.metrics.items():
             self._metrics["train"][name].append(value)
+        if self._rv_stop is not None and bool(decision.keep.any()):  # upstream counts non-empty iterations only
+            weights = self.reward_weights.to(self._global_rewards_per_func.device)
+            rewards = (self._global_rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+            value = mean_group_reward_std(rewards, self.num_generations)
+            self._rv_stop.observe(value)
+            self._metrics["train"]["reward_variance_stop/mean_group_reward_std"].append(value)
         return output
 
     def training_step(self, model, inputs, num_items_in_batch):
@@ -221,6 +233,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 self._dynamic.load_state_dict(state["dynamic_sampling"])
             if self._numerics is not None and "numerics" in state:
                 self._numerics.load_state_dict(state["numerics"])
+            if self._rv_stop is not None and "reward_variance_stop" in state:
+                self._rv_stop.load_state_dict(state["reward_variance_stop"])
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -240,6 +254,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             state["dynamic_sampling"] = self._dynamic.state_dict()
         if self._numerics is not None:
             state["numerics"] = self._numerics.state_dict()
+        if self._rv_stop is not None:
+            state["reward_variance_stop"] = self._rv_stop.state_dict()
         return state
 
     def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
