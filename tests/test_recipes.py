@@ -176,7 +176,7 @@ for task, (dataset, rewards) in RAGEN_TASKS.items():
 RAGEN_EPISODE = {"max_turns": 5, "max_actions_per_turn": 2, "max_actions_per_episode": 10, "format_penalty": -0.1,
                  "turn_max_tokens": 400, "turn_max_tokens_hint": 120, "env_eval_levels": 512,
                  "env_eval_temperature": 0.5, "max_completion_length": 3072, "reward_funcs": ["env_return"],
-                 "num_generations_eval": 1}
+                 "num_generations_eval": 1, "val_before_train": True}
 RAGEN_ENVS = {
     "sokoban": {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 300, "max_steps": 100,
                 "observation_format": "grid_coord"},
@@ -360,7 +360,7 @@ def resolved(path: Path, *extra: str) -> dict:
                                           "snr_include_zero", "snr_value", "collapse_detection",
                                           "collapse_num_samples", "collapse_every", "think_prefill",
                                           "entropy_aggregation", "reward_variance_stop_steps",
-                                          "reward_variance_stop_ratio")},
+                                          "reward_variance_stop_ratio", "val_before_train")},
     }
 
 

@@ -323,6 +323,11 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     reward_variance_stop_ratio: float = field(
         default=0.1, metadata={"help": "Fraction of the baseline below which a batch counts as collapsed (RAGEN: 0.1)."}
     )
+    val_before_train: bool = field(
+        default=False,
+        metadata={"help": "Evaluate once before the first update (RAGEN: trainer.val_before_train True); needs "
+                  "eval_strategy != 'no'. Not repeated on resume."},
+    )
     think_prefill: bool = field(
         default=False,
         metadata={
@@ -395,6 +400,9 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             raise ConfigError("reward_variance_stop_steps", f"needs steps >= 0 and 0 < reward_variance_stop_ratio < 1 "
                               f"(got {self.reward_variance_stop_steps}, {self.reward_variance_stop_ratio})",
                               "use RAGEN's 10 and 0.1, or 0 steps to turn it off")
+        if self.val_before_train and str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "no":
+            raise ConfigError("val_before_train", "needs an evaluation set and schedule", "set eval_strategy: steps "
+                              "(environment tasks then validate on env_eval_levels held-out levels)")
         if self.entropy_aggregation == "loss_type" and (self.use_adaptive_entropy or self.top_entropy_quantile < 1.0):
             raise ConfigError("entropy_aggregation", "'loss_type' is defined for a static entropy_coef on every token "
                               "(not with use_adaptive_entropy or top_entropy_quantile < 1)", "use 'token_mean'")

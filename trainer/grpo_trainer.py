@@ -32,7 +32,12 @@ from .entropy_bonus import loss_with_aggregated_entropy
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
 from .prefill import prefill_ids, with_prefill
 from .reward_guard import RewardGuard
-from .reward_variance_stop import RewardVarianceStop, RewardVarianceStopCallback, mean_group_reward_std
+from .reward_variance_stop import (
+    EvaluateBeforeTrainingCallback,
+    RewardVarianceStop,
+    RewardVarianceStopCallback,
+    mean_group_reward_std,
+)
 from .rollout_batch import RolloutBatch, gather_padded
 from .server_generation import generation_class
 from .teacher import load_teacher, score_tokens
@@ -86,6 +91,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self._rv_stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
             per_batch = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
             self.add_callback(RewardVarianceStopCallback(self._rv_stop, per_batch))
+        if args.val_before_train:
+            self.add_callback(EvaluateBeforeTrainingCallback(self))
         self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
         self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
         # The frozen teacher exists only when a configured stage scores with it (off means off).

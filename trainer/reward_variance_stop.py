@@ -87,3 +87,17 @@ class RewardVarianceStopCallback(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class EvaluateBeforeTrainingCallback(TrainerCallback):
+    """``val_before_train``: one evaluation before the first update (RAGEN's trainer.val_before_train, set True in
+    its main-table script, agent_trainer.py:972-973), so a run's curve starts at the untrained policy. Skipped on
+    resume (global_step > 0), as upstream validates only at step 0 of a fresh run's loop."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            self.trainer.evaluate()
+        return control

@@ -319,7 +319,9 @@ class MultiTurnRollout:
 
     @staticmethod
     def _log(trainer: Any, episodes: list[Episode], rows: list[_Row], mode: str) -> None:
-        """Batch means over every process (collective)."""
+        """Batch means over every process (collective), and pass@G: the share of prompt groups with at least one
+        solved episode (RAGEN's ``pass@{group_size}``, es_manager.py:349-360; rows of a group are contiguous in
+        the gathered batch, as TRL orders them)."""
         stats = [[ep.episode_return, float(ep.success), len(ep.turns), sum(t.executed for t in ep.turns),
                   sum(t.penalty != 0 for t in ep.turns) / max(len(ep.turns), 1), float(r.truncated),
                   float(sum(r.env_mask)), float(len(r.env_mask) - sum(r.env_mask))] for ep, r in zip(episodes, rows)]
@@ -329,3 +331,7 @@ class MultiTurnRollout:
                  "model_tokens", "env_tokens")
         for name, value in zip(names, every.mean(dim=0).tolist()):
             trainer._metrics[mode][f"env/{name}"].append(value)
+        group = trainer.num_generations if mode == "train" else (trainer.num_generations_eval or 1)
+        if every.shape[0] and every.shape[0] % group == 0:
+            solved = every[:, 1].reshape(-1, group).amax(dim=1)
+            trainer._metrics[mode][f"env/pass@{group}"].append(float(solved.mean()))
