@@ -133,6 +133,7 @@ class FrozenLakeEnv(TextEnv):
     S/F/H/G; when given, ``size`` and ``p`` are not used)."""
 
     action_names = ("Left", "Down", "Right", "Up")  # indices 0..3 are gymnasium's actions
+    ragen_name = "frozenlake"  # envs/prompts.py: upstream's FrozenLake / CoordFrozenLake instruction texts
 
     def __init__(
         self,

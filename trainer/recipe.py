@@ -214,7 +214,7 @@ def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
     settings = EpisodeSettings(
         max_turns=task.max_turns, max_actions_per_turn=task.max_actions_per_turn,
         max_actions_per_episode=task.max_actions_per_episode, format_penalty=task.format_penalty,
-        require_think=task.require_think, max_tokens_hint=task.turn_max_tokens_hint,
+        require_think=task.require_think, max_tokens_hint=task.turn_max_tokens_hint, prompt_style=task.env_prompt,
     )
     chat = ChatTokens(tokenizer, training_chat_template(tokenizer), args.chat_template_kwargs)
     return MultiTurnRollout(task.dataset_name, task.env_kwargs, settings, task.turn_max_tokens, task.env_eval_temperature,
