@@ -21,6 +21,7 @@ from typing import Any
 
 from .base import TextEnv
 from .parsing import parse_turn
+from .prompts import PROMPT_STYLES, ragen_system_message
 
 SYSTEM_PREFIX = "You're a helpful assistant. "
 NO_ACTION_WARNING = "No valid action provided previously. Environment state remains the same. Please try again.\n"
@@ -36,6 +37,7 @@ class EpisodeSettings:
     format_penalty: float = -0.1
     require_think: bool = True
     max_tokens_hint: int = 120  # the length stated in the prompt (RAGEN's max_tokens); the real cap is the rollout's
+    prompt_style: str = "ragen"  # "ragen": upstream's instruction texts (envs/prompts.py); "detailed": ours
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_actions_per_turn", "max_actions_per_episode", "max_tokens_hint"):
@@ -43,6 +45,8 @@ class EpisodeSettings:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.format_penalty > 0:
             raise ValueError(f"format_penalty is a penalty: use a value <= 0 (got {self.format_penalty})")
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES} (got {self.prompt_style!r})")
 
 
 @dataclass
@@ -73,8 +77,15 @@ class Episode:
     # --- prompts ---------------------------------------------------------------------------------
 
     def system_message(self) -> str:
-        """The rules, the action vocabulary and the answer format."""
+        """The rules, the action vocabulary and the answer format: RAGEN's (envs/prompts.py; an environment without
+        upstream texts puts its own rules in RAGEN's layout) or, with prompt_style "detailed", ours."""
         s = self.settings
+        if s.prompt_style == "ragen":
+            if getattr(self.env, "ragen_name", None) is not None:
+                return ragen_system_message(self.env, s.max_actions_per_episode)
+            return (SYSTEM_PREFIX + self.env.instructions() + "\nYour available actions are:\n"
+                    + ", ".join(self.env.action_names)
+                    + f'\nYou can make up to {s.max_actions_per_episode} actions, separated by the action separator " || "\n')
         names = ", ".join(self.env.action_names)
         return (
             SYSTEM_PREFIX
@@ -100,8 +111,12 @@ class Episode:
         return [{"role": "system", "content": self.system_message()}, {"role": "user", "content": self.turn_block()}]
 
     def next_user_message(self) -> dict[str, str]:
-        """The user message after a turn: the last turn's reward, then the next state block."""
-        return {"role": "user", "content": f"Reward:\n{self.turns[-1].reward + self.turns[-1].penalty:g}\n" + self.turn_block()}
+        """The user message after a turn: the last turn's environment reward, then the next state block. The reward is
+        printed as upstream prints it (es_manager.py:183-203, ctx_manager.py:1345-1346): ``0`` when no move ran (its
+        int accumulator), else Python's float text of the summed move rewards; format penalties are not in it."""
+        turn = self.turns[-1]
+        reward = str(0 + turn.reward) if turn.executed else "0"
+        return {"role": "user", "content": f"Reward:\n{reward}\n" + self.turn_block()}
 
     # --- play ------------------------------------------------------------------------------------
 

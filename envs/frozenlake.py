@@ -2,17 +2,22 @@
 
 Built on gymnasium's ``FrozenLakeEnv``: its transition table gives the dynamics (including the slip to a
 perpendicular direction with probability ``(1 - success_rate) / 2`` each) and its ``np_random`` draws the
-slips, so nothing about the physics is reimplemented here. Maps come from gymnasium's
-``generate_random_map`` (start at the top-left, goal at the bottom-right, a hole-free path guaranteed).
+slips, so nothing about the physics is reimplemented here.
 
-Determinism: ``reset(seed)`` derives two independent seeds from ``seed`` with numpy's ``SeedSequence``
-(one for the map, one for gymnasium's slip generator), so an episode is a pure function of
-(constructor arguments, seed, actions) -- no ``hash()``, no global RNG. Two *derived* seeds rather than
-``seed`` itself twice: the map generator and the slip generator would otherwise replay the same random stream.
+Maps are RAGEN's (mll-lab-nu/RAGEN@20daedc ragen/env/frozen_lake/utils.py:70-111, env.py:24,37): tiles frozen
+with probability ``p`` (0.9 by default, config.py:9), start and goal at random *distinct* cells, redrawn until a
+hole-free path joins them, all drawn from ``gymnasium.utils.seeding.np_random(seed)`` with the reset seed
+itself -- so :func:`generate_map` returns upstream's very map for every seed. Written here rather than taken from
+gymnasium's ``generate_random_map`` because that one fixes start and goal in the corners (mean shortest path 6
+moves on 4x4 instead of upstream's 2.74).
 
-Differences from RAGEN's FrozenLake (reference notes §5): the coordinate range stated to the model is the
-true one of the board (RAGEN states (0, 0)-(5, 5) on a 4x4 board), and start/goal are gymnasium's fixed
-corners (RAGEN's own generator places them at random cells).
+Determinism: the map is a pure function of (size, p, seed); gymnasium's slip generator is seeded with a second
+seed derived from ``seed`` by numpy's ``SeedSequence``, so an episode is a pure function of (constructor
+arguments, seed, actions) -- no ``hash()``, no global RNG. (Upstream seeds the slips with the reset seed itself,
+which replays the map generator's stream; the slip distribution is the same either way, and RAGEN's main-table
+runs are not slippery.)
+
+Text: observations are upstream's (``_render_text``, utils.py:45-68); the rules come from envs/prompts.py.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as _GymFrozenLake
-from gymnasium.envs.toy_text.frozen_lake import generate_random_map
+from gymnasium.utils import seeding
 
 from .base import TextEnv
 from .registry import register_env
@@ -46,12 +51,42 @@ def derive_seeds(seed: int) -> tuple[int, int]:
     return int(map_child.generate_state(1, np.uint64)[0]), int(slip_child.generate_state(1, np.uint64)[0])
 
 
-def map_for_seed(size: int, p: float, seed: int) -> tuple[str, ...]:
-    """The map :class:`FrozenLakeEnv` plays for ``reset(seed)`` with these ``size`` and ``p``.
+def _has_path(board: np.ndarray, size: int) -> bool:
+    """Whether the goal is reachable from the start through non-hole tiles (upstream's ``is_valid``)."""
+    (start,) = zip(*np.where(board == "S"))
+    frontier, seen = [start], set()
+    while frontier:
+        r, c = frontier.pop()
+        if (r, c) in seen:
+            continue
+        seen.add((r, c))
+        for nr, nc in ((r + 1, c), (r, c + 1), (r - 1, c), (r, c - 1)):
+            if 0 <= nr < size and 0 <= nc < size:
+                if board[nr][nc] == "G":
+                    return True
+                if board[nr][nc] != "H":
+                    frontier.append((nr, nc))
+    return False
 
-    Not cached: gymnasium's generator takes 0.06-0.3 ms for sizes 4-8 at p 0.6-0.8 (measured), far below the
-    ~1 ms of building gymnasium's transition table, and training seeds rarely repeat."""
-    return tuple(generate_random_map(size=size, p=p, seed=derive_seeds(seed)[0]))
+
+def generate_map(size: int, p: float, seed: int) -> tuple[str, ...]:
+    """RAGEN's random map for ``seed`` (see the module docstring): the same random draws in the same order as
+    upstream's ``generate_random_map`` (board, start, goal; redrawn until start != goal and a path exists)."""
+    rng, _ = seeding.np_random(operator.index(seed) % 2**64)  # seeding rejects negative seeds
+    while True:
+        board = rng.choice(["F", "H"], (size, size), p=[p, 1 - p])
+        start = tuple(rng.integers(size, size=2))
+        goal = tuple(rng.integers(size, size=2))
+        if start != goal:
+            board[start], board[goal] = "S", "G"
+            if _has_path(board, size):
+                return tuple("".join(row) for row in board)
+
+
+def map_for_seed(size: int, p: float, seed: int) -> tuple[str, ...]:
+    """The map :class:`FrozenLakeEnv` plays for ``reset(seed)`` with these ``size`` and ``p`` (RAGEN's map_seed is
+    the reset seed, env.py:37). Not cached: ~0.1 ms on 4x4, below the ~1 ms of gymnasium's transition table."""
+    return generate_map(size, p, seed)
 
 
 def _check_desc(desc: Sequence[str]) -> tuple[str, ...]:
@@ -98,11 +133,12 @@ class FrozenLakeEnv(TextEnv):
     S/F/H/G; when given, ``size`` and ``p`` are not used)."""
 
     action_names = ("Left", "Down", "Right", "Up")  # indices 0..3 are gymnasium's actions
+    ragen_name = "frozenlake"  # envs/prompts.py: upstream's FrozenLake / CoordFrozenLake instruction texts
 
     def __init__(
         self,
         size: int = 4,
-        p: float = 0.8,
+        p: float = 0.9,
         success_rate: float = 0.8,
         observation_format: str = "grid_coord",
         max_steps: int = 100,
@@ -184,7 +220,8 @@ class FrozenLakeEnv(TextEnv):
         return self.desc[row][col] == "G"
 
     def render(self) -> str:
-        """The state in the configured format: the grid, the coordinate block, or both (coordinates first)."""
+        """The state in the configured format, as upstream renders it (env.py:64-82): the grid, the coordinate
+        block, or "Coordinates: " + the block + "Grid Map: " + the grid."""
         if self._gym is None:
             return "(no level loaded: call reset(seed) first)"
         grid = self._grid_text()
@@ -193,7 +230,7 @@ class FrozenLakeEnv(TextEnv):
         coord = self._coord_text()
         if self.observation_format == "coord":
             return coord
-        return coord + "\nGrid Map:\n" + grid
+        return "Coordinates: \n" + coord + "\n" + "Grid Map: \n" + grid
 
     def _grid_text(self) -> str:
         row_p, col_p = self.position
@@ -203,23 +240,21 @@ class FrozenLakeEnv(TextEnv):
         )
 
     def _coord_text(self) -> str:
+        """Upstream's coordinate block (utils.py:14-68): board size, Start, Goal, the player, Holes (if any)."""
         pos = self.position
         tile = self.desc[pos[0]][pos[1]]
         player = {"G": "Player on goal", "H": "Player in hole"}.get(tile, "Player")
-        holes = ", ".join(map(_fmt, self._find("H"))) or "none"
-        return "\n".join(
-            [
-                self._board_size_line(),
-                f"Start: {_fmt(self._find('S')[0])}",
-                f"Goal: {_fmt(self._find('G')[0])}",
-                f"{player}: {_fmt(pos)}",
-                f"Holes: {holes}",
-            ]
-        )
-
-    def _board_size_line(self) -> str:
         rows, cols = self.shape
-        return f"Board size: {rows} rows x {cols} cols (zero-indexed: rows 0-{rows - 1}, columns 0-{cols - 1})."
+        lines = [
+            f"Board size: {rows} rows x {cols} cols (zero-indexed).",
+            f"Start: {_fmt(self._find('S')[0])}",
+            f"Goal: {_fmt(self._find('G')[0])}",
+            f"{player}: {_fmt(pos)}",
+        ]
+        holes = self._find("H")
+        if holes:
+            lines.append("Holes: " + ", ".join(map(_fmt, holes)))
+        return "\n".join(lines)
 
     def instructions(self) -> str:
         """The rules: goal, holes, slipperiness (only when slippery), symbols, the true coordinate range."""

@@ -243,6 +243,7 @@ class SokobanEnv(TextEnv):
     "grid", "coord" or "grid_coord"; ``max_generation_attempts``: tries per seed before reset raises."""
 
     action_names = ("Up", "Down", "Left", "Right")
+    ragen_name = "sokoban"  # envs/prompts.py: upstream's SimpleSokoban / CoordSokoban instruction texts
 
     def __init__(
         self,
@@ -293,6 +294,11 @@ class SokobanEnv(TextEnv):
         self._level = level
         self._player, self._boxes, self._steps = level.player, set(level.boxes), 0
         return self.render()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(rows, cols) of the board (the loaded level's, else ``dim_room``)."""
+        return (self._level.rows, self._level.cols) if self._level is not None else self.dim_room
 
     @property
     def level(self) -> Level | None:
@@ -358,7 +364,7 @@ class SokobanEnv(TextEnv):
     def _coordinates(self, with_walls: bool) -> str:
         level = self._level
         rows, cols = level.rows, level.cols
-        lines = [f"Board size: {rows} rows x {cols} cols (zero-indexed: rows 0-{rows - 1}, columns 0-{cols - 1})."]
+        lines = [f"Board size: {rows} rows x {cols} cols (zero-indexed)."]  # upstream utils.py:47-69
         player_key = "Player on target" if self._player in level.targets else "Player"
         # Targets lists every target (covered or not, as the reference does); Boxes only those off a target.
         entries = [
@@ -379,7 +385,8 @@ class SokobanEnv(TextEnv):
             return self._grid()
         if self.observation_format == "coord":
             return self._coordinates(with_walls=True)
-        return self._coordinates(with_walls=False) + "\nGrid Map:\n" + self._grid()
+        # upstream env.py:75-77 (walls left out of the coordinates, as upstream's collect_entity_coordinates does)
+        return "Coordinates: \n" + self._coordinates(with_walls=False) + "\n" + "Grid Map: \n" + self._grid()
 
     def instructions(self) -> str:
         """The rules, the symbols and the coordinate range of this board."""

@@ -196,3 +196,36 @@ def make_countdown(score: float = 1.0, format_score: float = 0.1):
 
 
 countdown = register_reward("countdown", factory=make_countdown)(make_countdown())
+
+
+def make_ragen_countdown(score: float = 1.0, format_score: float = 0.1, format_penalty: float = -0.1):
+    """RAGEN's whole single-turn Countdown score (mll-lab-nu/RAGEN@20daedc: ragen/llm_agent/ctx_manager.py:196-221
+    parses the reply, es_manager.py:224-237 adds ``format_penalty`` when it yields no action, ragen/env/countdown/
+    env.py scores the one action; config/_4_countdown.yaml: 1 turn, 1 action). A reply that does not parse as
+    ``<think>…</think><answer>A</answer>`` (envs/parsing.py; the think prefill is in front when ``think_prefill`` is
+    on) is no action: ``format_penalty`` only, never the equation's score. Otherwise the first ``||``-separated
+    part of A is scored 0 / ``format_score`` / ``score`` as :func:`score_equation` (no penalty)."""
+    from envs.parsing import parse_turn
+
+    score, format_score, format_penalty = float(score), float(format_score), float(format_penalty)
+
+    def ragen_countdown(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+        """``format_penalty`` for a reply without an action, else the action's Countdown score."""
+        completions = list(completions or [])
+        if "answer" not in kwargs:
+            raise KeyError("the ragen_countdown reward needs the dataset column 'answer' (countdown JSON)")
+        golds = list(kwargs["answer"])
+        if len(golds) != len(completions):
+            raise ValueError(f"'answer' has {len(golds)} entries for {len(completions)} completions")
+        out = []
+        for completion, gold in zip(completions, golds):
+            target, numbers = parse_gold(gold)
+            actions = parse_turn(completion_text(completion), max_actions=1).actions
+            out.append(score_equation(actions[0], target, numbers, score=score, format_score=format_score)
+                       if actions else format_penalty)
+        return out
+
+    return ragen_countdown
+
+
+ragen_countdown = register_reward("ragen_countdown", factory=make_ragen_countdown)(make_ragen_countdown())

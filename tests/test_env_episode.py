@@ -92,11 +92,13 @@ def test_format_penalty_rules_and_warning():
     bad = ep.play("no tags at all")
     assert (bad.valid, bad.executed, bad.penalty, bad.reward) == (0, 0, -0.1, 0.0)
     assert NO_ACTION_WARNING in ep.next_user_message()["content"]
+    assert ep.next_user_message()["content"].startswith("Reward:\n0\n")  # upstream's int 0: no move ran
     mixed = ep.play("<think>r</think><answer>Right || Jump</answer>")  # known action runs, turn still penalised
     assert (mixed.valid, mixed.executed, mixed.penalty) == (1, 1, -0.1)
     assert NO_ACTION_WARNING not in ep.next_user_message()["content"]
     assert ep.episode_return == pytest.approx(-0.1 - 0.1 - 0.1)
-    assert ep.next_user_message()["content"].startswith("Reward:\n-0.2\n\nTurn 3:\nState:\n_P__\n")
+    # the environment reward only, as upstream prints it (the -0.1 penalty is not in the line)
+    assert ep.next_user_message()["content"].startswith("Reward:\n-0.1\n\nTurn 3:\nState:\n_P__\n")
 
 
 def test_limits_end_the_episode():

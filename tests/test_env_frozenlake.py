@@ -217,8 +217,8 @@ def test_random_play_never_raises():
 
 # --- rendering ---------------------------------------------------------------------------------------
 
-COORD_START = (
-    "Board size: 4 rows x 4 cols (zero-indexed: rows 0-3, columns 0-3).\n"
+COORD_START = (  # RAGEN's coordinate block (mll-lab-nu/RAGEN@20daedc ragen/env/frozen_lake/utils.py:45-68)
+    "Board size: 4 rows x 4 cols (zero-indexed).\n"
     "Start: (0, 0)\nGoal: (3, 3)\nPlayer: (0, 0)\nHoles: (1, 1), (1, 3), (2, 3), (3, 0)"
 )
 GRID_START = "P___\n_O_O\n___O\nO__G"
@@ -228,27 +228,29 @@ def test_render_exact_in_each_format():
     envs = {f: FrozenLakeEnv(desc=GYM_4X4, success_rate=1.0, observation_format=f) for f in ("grid", "coord", "grid_coord")}
     assert envs["grid"].reset(0) == GRID_START
     assert envs["coord"].reset(0) == COORD_START
-    assert envs["grid_coord"].reset(0) == COORD_START + "\nGrid Map:\n" + GRID_START
+    assert envs["grid_coord"].reset(0) == "Coordinates: \n" + COORD_START + "\nGrid Map: \n" + GRID_START
     hole = envs["grid_coord"]
-    assert hole.step(["Down", "Right"]).observation == COORD_START.replace("Player: (0, 0)", "Player in hole: (1, 1)") + (
-        "\nGrid Map:\n____\n_X_O\n___O\nO__G"
+    assert hole.step(["Down", "Right"]).observation == "Coordinates: \n" + COORD_START.replace(
+        "Player: (0, 0)", "Player in hole: (1, 1)") + (
+        "\nGrid Map: \n____\n_X_O\n___O\nO__G"
     )
     goal = envs["grid_coord"]
     goal.reset(0)
-    assert goal.step(PATH_4X4).observation == COORD_START.replace("Player: (0, 0)", "Player on goal: (3, 3)") + (
-        "\nGrid Map:\n____\n_O_O\n___O\nO__√"
+    assert goal.step(PATH_4X4).observation == "Coordinates: \n" + COORD_START.replace(
+        "Player: (0, 0)", "Player on goal: (3, 3)") + (
+        "\nGrid Map: \n____\n_O_O\n___O\nO__√"
     )
 
 
 def test_board_size_is_true_for_every_size():
     for size in (4, 6, 8):
         env = FrozenLakeEnv(size=size, observation_format="coord")
-        line = f"Board size: {size} rows x {size} cols (zero-indexed: rows 0-{size - 1}, columns 0-{size - 1})."
+        line = f"Board size: {size} rows x {size} cols (zero-indexed)."
         assert env.reset(5).splitlines()[0] == line
         assert f"rows 0-{size - 1} from top to bottom, columns 0-{size - 1}" in env.instructions()
         assert size == 6 or "0-5" not in env.instructions()  # not RAGEN's fixed (0, 0)-(5, 5) range
     wide = FrozenLakeEnv(desc=["SFFFF", "FFHFG"], observation_format="coord")
-    assert wide.reset(0).startswith("Board size: 2 rows x 5 cols (zero-indexed: rows 0-1, columns 0-4).")
+    assert wide.reset(0).startswith("Board size: 2 rows x 5 cols (zero-indexed).")
     assert "Holes: (1, 2)" in wide.render() and "rows 0-1 from top to bottom, columns 0-4" in wide.instructions()
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envs import make_env
-from envs.episode import Episode
+from envs.episode import Episode, EpisodeSettings
 from envs.sokoban import Level, SokobanEnv, _generate_cached, generate_level
 from sokoban_solver import solve
 
@@ -176,11 +176,11 @@ def test_walk_push_off_push_on_and_solve():
     assert _move(env, "Up") == (-0.1, False, 1)
     assert _move(env, "Left") == (10.9, True, 1)  # last box on: -0.1 + 1 + 10
     assert env.success and env.done
-    grid = env.render().split("Grid Map:\n")[1]
+    grid = env.render().split("Grid Map: \n")[1]
     assert grid == "#######\n#_√P_##\n#____√#\n#######"
     after = env.step(["Left", "Down"])  # moves after done do nothing
     assert (after.reward, after.done, after.info["executed"]) == (0.0, True, 0)
-    assert env._move(0) == (0.0, True, False) and env.render().split("Grid Map:\n")[1] == grid
+    assert env._move(0) == (0.0, True, False) and env.render().split("Grid Map: \n")[1] == grid
 
 
 def test_target_to_target_push_nets_only_the_step_cost():
@@ -229,7 +229,7 @@ def test_action_names_are_case_insensitive_and_garbage_is_counted():
 
 SMALL = "#####\n#S_X#\n#_√_#\n#####"
 SMALL_COORDS = (
-    "Board size: 4 rows x 5 cols (zero-indexed: rows 0-3, columns 0-4).\n"
+    "Board size: 4 rows x 5 cols (zero-indexed).\n"  # upstream ragen/env/sokoban/utils.py:47-69
     "{walls}Targets: (1, 1), (2, 2)\nBoxes: (1, 3)\nBoxes on target: (2, 2)\nPlayer on target: (1, 1)"
 )
 SMALL_WALLS = (
@@ -241,9 +241,10 @@ def test_render_formats_are_exact():
     assert _env(SMALL, observation_format="grid").render() == SMALL
     assert _env(SMALL, observation_format="coord").render() == SMALL_COORDS.format(walls=SMALL_WALLS)
     env = _env(SMALL)  # grid_coord, the default: walls only in the grid, as the reference does
-    assert env.render() == SMALL_COORDS.format(walls="") + "\nGrid Map:\n" + SMALL
+    # upstream env.py:77: "Coordinates: \n" + coordinates + "\n" + "Grid Map: \n" + grid
+    assert env.render() == "Coordinates: \n" + SMALL_COORDS.format(walls="") + "\nGrid Map: \n" + SMALL
     env.step(["Right"])
-    assert env.render().splitlines()[4:] == ["Player: (1, 2)", "Grid Map:", "#####", "#OPX#", "#_√_#", "#####"]
+    assert env.render().splitlines()[5:] == ["Player: (1, 2)", "Grid Map: ", "#####", "#OPX#", "#_√_#", "#####"]
 
 
 def test_render_before_reset_and_instructions_state_the_true_range():
@@ -271,7 +272,7 @@ def test_random_play_never_raises_and_keeps_invariants(seed, moves, max_steps):
     level = env.level
     for name in moves:
         result = env.step([name])
-        grid = result.observation.split("Grid Map:\n")[1]
+        grid = result.observation.split("Grid Map: \n")[1]
         assert grid.count("X") + grid.count("√") == 1 and grid.count("P") + grid.count("S") == 1
         assert Level.from_text(grid).walls == level.walls and Level.from_text(grid).targets == level.targets
         assert env.steps <= max_steps and result.done == (env.success or env.steps >= max_steps)
@@ -281,7 +282,8 @@ def test_registered_and_playable_through_an_episode():
     env = make_env("sokoban", num_boxes=1, observation_format="grid")
     assert isinstance(env, SokobanEnv)
     episode = Episode(env, seed=11)
-    assert "Symbols" in episode.system_message() and "Turn 1" in episode.turn_block()
+    assert "The meaning of each symbol in the state is:" in episode.system_message() and "Turn 1" in episode.turn_block()
+    assert "Symbols" in Episode(env, 11, EpisodeSettings(prompt_style="detailed")).system_message()
     for response in ["garbage", "<think>go</think><answer>Up || Fly</answer>", "<think></think><answer>left</answer>"]:
         if episode.done:
             break

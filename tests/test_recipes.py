@@ -158,10 +158,14 @@ RAGEN_MAIN = {
     "learning_rate": 1e-6,
     "lr_scheduler_type": "constant",  # verl's actor default (no warm-up)
     "entropy_coef": 0.001,
-    "beta": 0.0,  # no KL: run_main_table_diff_algo.sh sets use_kl_loss=False (kl_loss_coef 0.001 unused)
+    "beta": 0.0,  # no KL: base.yaml use_kl_loss False, kl_loss_coef 0; the main-table script keeps it off
     "epsilon": 0.2,
     "epsilon_high": 0.28,
     "temperature": 1.0,
+    "entropy_aggregation": "loss_type",  # dp_actor.py:452-456: agg_loss(entropy, mask, loss_agg_mode)
+    "think_prefill": True,
+    "reward_variance_stop_steps": 10,  # agent_trainer.py:1209-1242 (always on upstream)
+    "reward_variance_stop_ratio": 0.1,  # ctx_manager.py:1259-1263: the generation prompt ends with <think> (enable_think True)
     "max_completion_length": 400,
     "rollout_filter": "snr",
     "snr_metric": "reward_std",
@@ -177,7 +181,7 @@ RAGEN_ALGOS = {  # reference §1.7: GRPO = std-normalised, seq-mean-token-mean; 
     "dapo": {"loss_type": "dapo", "scale_rewards": "group"},
     "drgrpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
 }
-RAGEN_TASKS = {"countdown": ("countdown", ["countdown", "answer_format_penalty"]),
+RAGEN_TASKS = {"countdown": ("countdown", ["ragen_countdown"]),  # malformed = -0.1 only (es_manager.py:224-237)
                "metamathqa": ("metamathqa", ["math_accuracy", "answer_format_penalty"])}
 RAGEN_RECIPES = {}
 for task, (dataset, rewards) in RAGEN_TASKS.items():
@@ -194,11 +198,12 @@ for task, (dataset, rewards) in RAGEN_TASKS.items():
 RAGEN_EPISODE = {"max_turns": 5, "max_actions_per_turn": 2, "max_actions_per_episode": 10, "format_penalty": -0.1,
                  "turn_max_tokens": 400, "turn_max_tokens_hint": 120, "env_eval_levels": 512,
                  "env_eval_temperature": 0.5, "max_completion_length": 3072, "reward_funcs": ["env_return"],
-                 "num_generations_eval": 1}
+                 "num_generations_eval": 1, "val_before_train": True}
 RAGEN_ENVS = {
     "sokoban": {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 300, "max_steps": 100,
                 "observation_format": "grid_coord"},
-    "frozenlake": {"size": 4, "p": 0.8, "success_rate": 0.8, "max_steps": 100, "observation_format": "grid_coord"},
+    # RAGEN's FrozenLakeEnvConfig p 0.9 (config.py:9); deterministic as _3_frozen_lake.yaml:23 and the main-table script
+    "frozenlake": {"size": 4, "p": 0.9, "success_rate": 1.0, "max_steps": 100, "observation_format": "grid_coord"},
 }
 for env, env_kwargs in RAGEN_ENVS.items():
     for algo, algo_settings in RAGEN_ALGOS.items():
@@ -209,6 +214,9 @@ for env, env_kwargs in RAGEN_ENVS.items():
             if algo == "grpo":
                 RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-instruct-{env}-grpo-{filt}.yaml"] = (
                     row, "Qwen/Qwen2.5-3B-Instruct")
+                if env == "frozenlake":  # the slippery variant: envs.yaml CoordFrozenLake success_rate 0.8
+                    RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-frozenlake-slippery0.8-grpo-{filt}.yaml"] = (
+                        {**row, "env_kwargs": {**env_kwargs, "success_rate": 0.8}}, "Qwen/Qwen2.5-3B")
 PAPER_RECIPES.update(RAGEN_RECIPES)
 
 
@@ -397,7 +405,9 @@ def resolved(path: Path, *extra: str) -> dict:
                                           "dynamic_sampling", "dynamic_sampling_metric", "max_num_gen_batches")},
         **{k: getattr(args, k) for k in ("rollout_filter", "snr_metric", "snr_strategy", "snr_top_p_mode",
                                           "snr_include_zero", "snr_value", "collapse_detection",
-                                          "collapse_num_samples", "collapse_every")},
+                                          "collapse_num_samples", "collapse_every", "think_prefill",
+                                          "entropy_aggregation", "reward_variance_stop_steps",
+                                          "reward_variance_stop_ratio", "val_before_train")},
     }
 
 

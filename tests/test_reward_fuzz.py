@@ -211,6 +211,7 @@ SPECS: dict[str, Spec] = {
     "think_format": Spec(lambda t: {}, frozenset({0.0, 1.0})),
     "answer_format_penalty": Spec(lambda t: {}, frozenset({0.0, -0.1})),
     "countdown": Spec(lambda t: {}, frozenset({0.0, 0.1, 1.0}), golds=COUNTDOWN_GOLDS),
+    "ragen_countdown": Spec(lambda t: {}, frozenset({-0.1, 0.0, 0.1, 1.0}), golds=COUNTDOWN_GOLDS),
     "math_accuracy": Spec(lambda t: {"timeout": t}, frozenset({0.0, 1.0}), wrong=0.0, uses_verifier=True,
                           corpora=("hostile", "math_names", "views", "edge")),
     "dapo_accuracy": Spec(lambda t: {"timeout": t}, frozenset({-1.0, 1.0}), wrong=-1.0, uses_verifier=True,

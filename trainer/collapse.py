@@ -39,6 +39,7 @@ from .rollout_batch import gather_padded
 
 __all__ = ["CollapseDetector", "Trace", "first_turn_traces", "mi_metrics"]
 
+ZSCORE_EPS = 1e-3  # RAGEN's std_eps (collapse_metrics.py:41), mi_metrics' default
 _SEQ_KEYS = ("mi_estimate", "conditional_entropy", "reasoning_entropy", "marginal_std", "mi_zscore")
 
 
@@ -55,12 +56,15 @@ def first_turn_traces(
     completions: list[list[int]],
     think_open: int | None,
     think_close: int | None,
+    tokenizer: Any = None,
 ) -> tuple[list[Trace | None], list[tuple[int, ...]], bool]:
     """First-turn (X, Z) of every rollout (None where the rollout has no complete, non-empty think span).
 
     ``completions`` hold only the model's first turn (see :meth:`CollapseDetector.batch_traces`). Returns
     the traces, every rollout's context X (the columns come from these, valid trace or not) and whether Z
     is the whole completion (no think span anywhere in the batch)."""
+    if (think_open is None or think_close is None) and tokenizer is not None:
+        return _text_traces(prompts, completions, tokenizer)
     prefilled = [bool(p) and p[-1] == think_open for p in prompts]
     thinking = think_open is not None and think_close is not None
     thinking = thinking and (any(think_open in c for c in completions) or any(prefilled))
@@ -85,6 +89,29 @@ def first_turn_traces(
     return out, contexts, False
 
 
+def _text_traces(prompts: list[list[int]], completions: list[list[int]], tokenizer: Any):
+    """:func:`first_turn_traces` for tokenizers whose think tags are several tokens: Z located in the text and
+    mapped back to the sampled ids (trainer/reasoning_span.py); X = the context, which ends with the ``<think>``
+    prefill's ids when the think prefill is on, else the context + ``<think>``'s ids (RAGEN's canonical X)."""
+    from .reasoning_span import THINK_OPEN, reasoning_token_span
+
+    opening = tuple(tokenizer.encode(THINK_OPEN, add_special_tokens=False))
+    prefilled_any = any(tuple(p[-len(opening):]) == opening for p in prompts)
+    if not prefilled_any and not any(THINK_OPEN in tokenizer.decode(c, skip_special_tokens=False) for c in completions):
+        # no reasoning anywhere (a model that does not think): the whole first turn, flagged, as the token path does
+        traces = [Trace(tuple(p), tuple(c)) if c else None for p, c in zip(prompts, completions)]
+        return traces, [tuple(p) for p in prompts], True
+    traces: list[Trace | None] = []
+    contexts: list[tuple[int, ...]] = []
+    for prompt, completion in zip(prompts, completions):
+        prefilled = tuple(prompt[-len(opening):]) == opening
+        context = tuple(prompt) if prefilled else (*prompt, *opening)
+        contexts.append(context)
+        span = reasoning_token_span(tokenizer, completion, prefilled) if completion else None
+        traces.append(None if span is None else Trace(context, tuple(completion[span[0]:span[1]])))
+    return traces, contexts, False
+
+
 class CollapseDetector:
     """Runs the MI check on the trainer's batches on schedule; holds the EMA state of the z-scores."""
 
@@ -96,6 +123,7 @@ class CollapseDetector:
         self.seed = args.seed
         self.all_turns = getattr(args, "collapse_turns", "first") == "all"
         self.pad_id = tokenizer.pad_token_id
+        self.tokenizer = tokenizer
         self.think_open = _single_token_id(tokenizer, "<think>")
         self.think_close = _single_token_id(tokenizer, "</think>")
         self._next_due: int | None = None
@@ -142,7 +170,7 @@ class CollapseDetector:
             prompts, completions = [p for p, _ in pairs], [c for _, c in pairs]
         else:
             completions = [_first_run(ids, mask) for ids, mask in zip(completion_ids, completion_mask)]
-        return first_turn_traces(prompts, completions, self.think_open, self.think_close)
+        return first_turn_traces(prompts, completions, self.think_open, self.think_close, self.tokenizer)
 
     def check(
         self,
@@ -181,14 +209,24 @@ class CollapseDetector:
         metrics.update(mi_metrics(L_mean, true))
         seq = mi_metrics(L_sum, true)
         metrics.update({f"{k}_seq": seq[k] for k in _SEQ_KEYS})
-        for key in ("mi_zscore", "marginal_std", "mi_zscore_seq", "marginal_std_seq"):
-            previous = self._ema.get(key, metrics[key])
-            self._ema[key] = 0.9 * previous + 0.1 * metrics[key]
-            metrics[f"{key}_ema"] = self._ema[key]
+        metrics.update(self._ema_metrics(metrics))
         metrics["num_samples"] = float(len(sampled))
         metrics["tokens_scored"] = float(sum(len(columns[j]) + len(sampled[n].reasoning) for n, j in pairs))
         metrics["seconds"] = time.perf_counter() - started
         return metrics
+
+    def _ema_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """RAGEN's EMA z-score (mll-lab-nu/RAGEN@20daedc ragen/trainer/collapse_metrics.py:315-342): the marginal std
+        is smoothed (decay 0.9, started at its first value) and the *current* mean gap is divided by it:
+        mi_zscore_ema = mean_n(matched_n - marginal_n) / (EMA(marginal_std) + 1e-3); the same on summed log-probs."""
+        out = {}
+        for suffix in ("", "_seq"):
+            current = metrics[f"marginal_std{suffix}"]
+            previous = self._ema.get(f"marginal_std{suffix}", current)
+            self._ema[f"marginal_std{suffix}"] = ema = 0.9 * previous + 0.1 * current
+            out[f"marginal_std{suffix}_ema"] = ema
+            out[f"mi_zscore{suffix}_ema"] = metrics[f"mi_estimate{suffix}"] / (ema + ZSCORE_EPS)
+        return out
 
     def _sample(self, valid: list[Trace], columns: list[tuple[int, ...]], step: int) -> list[Trace]:
         """Seeded sample without replacement; traces are admitted in sampling order while the token budget

@@ -25,6 +25,9 @@ DROPOUT_SELECTORS = ("paper", "balanced_push")
 ON_LIMIT = ("partial", "error")
 
 
+THINK_PREFILL = "<think>"  # RAGEN's generation-prompt suffix with enable_think (ctx_manager.py:1260-1261)
+
+
 class ConfigError(ValueError):
     """An invalid configuration value: the message names the field and how to fix it."""
 
@@ -326,6 +329,41 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "per micro-batch; False = TRL's behaviour."
         },
     )
+    entropy_aggregation: str = field(
+        default="token_mean",
+        metadata={
+            "help": "How the entropy bonus (entropy_coef) is aggregated: 'token_mean' (TRL's: the micro-batch's mean "
+            "token entropy, whatever loss_type does) or 'loss_type' (verl's / RAGEN's: the same normaliser as the policy "
+            "term -- per-sequence token-mean for grpo, token sums for dr_grpo; trainer/entropy_bonus.py). Used only by "
+            "loss_variant none with a static entropy_coef."
+        },
+    )
+    reward_variance_stop_steps: int = field(
+        default=0,
+        metadata={
+            "help": "RAGEN's reward-variance collapse early stop (agent_trainer.py:1209-1242): the mean within-group "
+            "reward std of the first N non-empty generation batches sets a baseline, and training stops once N "
+            "consecutive ones are below reward_variance_stop_ratio x baseline. RAGEN: 10. 0 = off."
+        },
+    )
+    reward_variance_stop_ratio: float = field(
+        default=0.1, metadata={"help": "Fraction of the baseline below which a batch counts as collapsed (RAGEN: 0.1)."}
+    )
+    val_before_train: bool = field(
+        default=False,
+        metadata={"help": "Evaluate once before the first update (RAGEN: trainer.val_before_train True); needs "
+                  "eval_strategy != 'no'. Not repeated on resume."},
+    )
+    think_prefill: bool = field(
+        default=False,
+        metadata={
+            "help": "End the generation prompt with '<think>' (after the chat template's assistant header) and score "
+            "each reply with '<think>' prepended, as RAGEN does (mll-lab-nu/RAGEN@20daedc ragen/llm_agent/ctx_manager.py:"
+            "1259-1263, 1406): a reply 'reasoning</think><answer>Up</answer>' is then well-formed. The prefill tokens "
+            "are context, never trained on. Single-turn tasks and the multi-turn rollout; for models whose template "
+            "opens the think block itself (Qwen3 thinking mode) leave it off."
+        },
+    )
     collapse_turns: str = field(
         default="first",
         metadata={
@@ -394,6 +432,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             ("dynamic_sampling_on_limit", ON_LIMIT),
             ("collapse_turns", ("first", "all")),
             ("filtered_updates", FILTERED_UPDATES),
+            ("entropy_aggregation", ("token_mean", "loss_type")),
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
@@ -403,6 +442,16 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             raise ConfigError("dropout_delete", f"{self.dropout_delete!r} applies to dropout_selector 'paper' only; "
                               "'balanced_push' decides which rollouts stay by its own rule",
                               "remove dropout_delete, or use dropout_selector: paper for the Table 2 deletion rows")
+        if self.reward_variance_stop_steps < 0 or not 0 < self.reward_variance_stop_ratio < 1:
+            raise ConfigError("reward_variance_stop_steps", f"needs steps >= 0 and 0 < reward_variance_stop_ratio < 1 "
+                              f"(got {self.reward_variance_stop_steps}, {self.reward_variance_stop_ratio})",
+                              "use RAGEN's 10 and 0.1, or 0 steps to turn it off")
+        if self.val_before_train and str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "no":
+            raise ConfigError("val_before_train", "needs an evaluation set and schedule", "set eval_strategy: steps "
+                              "(environment tasks then validate on env_eval_levels held-out levels)")
+        if self.entropy_aggregation == "loss_type" and (self.use_adaptive_entropy or self.top_entropy_quantile < 1.0):
+            raise ConfigError("entropy_aggregation", "'loss_type' is defined for a static entropy_coef on every token "
+                              "(not with use_adaptive_entropy or top_entropy_quantile < 1)", "use 'token_mean'")
         if self.vllm_request_timeout <= 0:
             raise ConfigError("vllm_request_timeout", f"must be > 0 (got {self.vllm_request_timeout})",
                               "use e.g. 600 (seconds; longer than the slowest generation call)")

@@ -45,6 +45,12 @@ class EnvTaskFields:
     turn_max_tokens_hint: int = field(
         default=120, metadata={"help": "The response length the prompt asks for (RAGEN's max_tokens; prompt text only)."}
     )
+    env_prompt: str = field(
+        default="ragen",
+        metadata={"help": "System prompt of the environment: 'ragen' (upstream's config/envs.yaml instruction texts "
+                  "in its layout, with the board's true coordinate range; envs/prompts.py) or 'detailed' (our longer "
+                  "rules: symbol legend, row/column directions, rewards, deadlock hint)."},
+    )
     env_eval_levels: int = field(
         default=512, metadata={"help": "Held-out validation levels (seeds from 123), played when eval_strategy is set."}
     )
@@ -65,6 +71,8 @@ class EnvTaskFields:
                      "turn_max_tokens_hint", "env_eval_levels"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1 (got {getattr(self, name)})", "use RAGEN's defaults (5, 2, 10, 400, 120, 512)")
+        if self.env_prompt not in ("ragen", "detailed"):
+            raise ConfigError("env_prompt", f"{self.env_prompt!r} is not an option", "use 'ragen' or 'detailed'")
         if self.format_penalty > 0:
             raise ConfigError("format_penalty", f"must be <= 0 (got {self.format_penalty})", "RAGEN uses -0.1")
         if self.env_eval_temperature <= 0:

@@ -24,11 +24,19 @@ from trl import GRPOTrainer
 from . import atomic_checkpoint, stages, trained_batch_metrics
 from .collapse import CollapseDetector
 from .compaction import compact
-from .config import ConfigError, WinnowConfig
+from .config import THINK_PREFILL, ConfigError, WinnowConfig
 from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
+from .entropy_bonus import loss_with_aggregated_entropy
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
+from .prefill import prefill_ids, with_prefill
 from .reward_guard import RewardGuard
+from .reward_variance_stop import (
+    EvaluateBeforeTrainingCallback,
+    RewardVarianceStop,
+    RewardVarianceStopCallback,
+    mean_group_reward_std,
+)
 from .step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, redeal
 from .rollout_batch import RolloutBatch, gather_padded
 from .server_generation import generation_class
@@ -80,6 +88,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._numerics = NonFiniteGuard() if args.skip_nonfinite_steps else None
         if self._numerics is not None:
             self.add_callback(NonFiniteStepCallback(self, self._numerics))
+        self._rv_stop = None
+        if args.reward_variance_stop_steps > 0:  # RAGEN's reward-variance collapse stop (trainer/reward_variance_stop.py)
+            self._rv_stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
+            per_batch = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
+            self.add_callback(RewardVarianceStopCallback(self._rv_stop, per_batch))
+        if args.val_before_train:
+            self.add_callback(EvaluateBeforeTrainingCallback(self))
         self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
         self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
         # The frozen teacher exists only when a configured stage scores with it (off means off).
@@ -91,8 +106,19 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     # --- TRL override points -------------------------------------------------------------------------
 
+    def _tokenize_prompts(self, prompts: list):
+        """TRL's prompt tokenisation, then the think prefill's ids after the generation prompt (trainer/prefill.py)."""
+        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        if self.args.think_prefill:
+            extra = prefill_ids(self._tokenizer, THINK_PREFILL)
+            prompt_ids = [list(ids) + extra for ids in prompt_ids]
+        return prompt_ids, images, multimodal_fields
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401
-        """TRL's reward computation (gathered over processes), with reward failures raised on every rank."""
+        """TRL's reward computation (gathered over processes), with reward failures raised on every rank; with the
+        think prefill, single-turn replies are scored with it in front (the multi-turn rollout parses its own)."""
+        if self.args.think_prefill and self.rollout_func is None:
+            completions = with_prefill(completions, THINK_PREFILL)
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._reward_guard.raise_if_failed(self.accelerator)
         self._global_rewards_per_func = rewards_per_func
@@ -130,6 +156,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self._generation = (empty, self._generation[1])
         for name, value in decision.metrics.items():
             self._metrics["train"][name].append(value)
+        if self._rv_stop is not None and bool(decision.keep.any()):  # upstream counts non-empty iterations only
+            weights = self.reward_weights.to(self._global_rewards_per_func.device)
+            rewards = (self._global_rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+            value = mean_group_reward_std(rewards, self.num_generations)
+            self._rv_stop.observe(value)
+            self._metrics["train"]["reward_variance_stop/mean_group_reward_std"].append(value)
         return output
 
     def _dynamic_fill(self, output: dict[str, Any], marks: dict[str, int]):
@@ -257,6 +289,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 self._dynamic.load_state_dict(state["dynamic_sampling"])
             if self._numerics is not None and "numerics" in state:
                 self._numerics.load_state_dict(state["numerics"])
+            if self._rv_stop is not None and "reward_variance_stop" in state:
+                self._rv_stop.load_state_dict(state["reward_variance_stop"])
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -276,6 +310,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             state["dynamic_sampling"] = self._dynamic.state_dict()
         if self._numerics is not None:
             state["numerics"] = self._numerics.state_dict()
+        if self._rv_stop is not None:
+            state["reward_variance_stop"] = self._rv_stop.state_dict()
         return state
 
     def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
@@ -288,6 +324,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
         TRL's entropy bonus and logged metrics -- means over the already-masked tokens -- stay as they are.
         """
         scale = inputs.get("winnow_loss_scale")
+        if self.args.entropy_aggregation == "loss_type" and self._entropy_bonus_enabled:
+            # RAGEN's (verl's) entropy bonus, aggregated like the policy term (trainer/entropy_bonus.py)
+            return loss_with_aggregated_entropy(self, inputs, lambda: self._trl_loss(model, inputs, scale), scale)
+        return self._trl_loss(model, inputs, scale)
+
+    def _trl_loss(self, model, inputs: dict[str, Any], scale: Any) -> torch.Tensor:
         if scale is None or self.loss_type not in ROW_NORMALISED_LOSSES:
             return super()._compute_loss(model, inputs)
         beta = self.beta

@@ -369,15 +369,17 @@ def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
     """The multi-turn rollout of an environment task, with the model's training chat template."""
     from envs.episode import EpisodeSettings
 
+    from .config import THINK_PREFILL
     from .rollout import ChatTokens, MultiTurnRollout, training_chat_template
 
     settings = EpisodeSettings(
         max_turns=task.max_turns, max_actions_per_turn=task.max_actions_per_turn,
         max_actions_per_episode=task.max_actions_per_episode, format_penalty=task.format_penalty,
-        require_think=task.require_think, max_tokens_hint=task.turn_max_tokens_hint,
+        require_think=task.require_think, max_tokens_hint=task.turn_max_tokens_hint, prompt_style=task.env_prompt,
     )
     chat = ChatTokens(tokenizer, training_chat_template(tokenizer), args.chat_template_kwargs)
-    return MultiTurnRollout(task.dataset_name, task.env_kwargs, settings, task.turn_max_tokens, task.env_eval_temperature, chat)
+    return MultiTurnRollout(task.dataset_name, task.env_kwargs, settings, task.turn_max_tokens, task.env_eval_temperature,
+                            chat, prefill=THINK_PREFILL if args.think_prefill else "")
 
 
 def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_kwargs: dict) -> Any:

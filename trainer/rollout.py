@@ -13,6 +13,10 @@ one generation call for all live episodes of the process. What TRL trains on is 
   and the next turn is sampled from exactly these tokens. A turn cut by ``turn_max_tokens`` is closed with
   the template's end-of-turn token (mask 0), as the template would close it.
 - ``env_mask`` (TRL turns it into ``tool_mask``, a loss-only mask) = 1 on sampled tokens only.
+- With a ``prefill`` (``think_prefill: true`` gives ``<think>``, RAGEN's generation prompt: mll-lab-nu/RAGEN@20daedc
+  ragen/llm_agent/ctx_manager.py:1259-1263) its tokens end every context the model samples from: after the first
+  prompt and after each environment reply (mask 0, never trained on), and each reply is parsed with the prefill
+  prepended, as RAGEN does (ctx_manager.py:1406).
 
 The chat template is the model's *training* template: for Qwen3 (and the other families TRL ships one
 for) TRL's prefix-preserving variant, because the stock Qwen3 template drops earlier turns' think blocks
@@ -231,10 +235,12 @@ class MultiTurnRollout:
     """The ``rollout_func`` of the environment tasks (see the module docstring)."""
 
     def __init__(self, env: str, env_kwargs: dict | None, settings: EpisodeSettings, turn_max_tokens: int,
-                 eval_temperature: float, chat: ChatTokens):
+                 eval_temperature: float, chat: ChatTokens, prefill: str = ""):
         self.env, self.env_kwargs = env, dict(env_kwargs or {})
         make_env(env, **self.env_kwargs)  # fail now on unknown constructor arguments, not at the first batch
         self.settings, self.turn_max_tokens, self.eval_temperature, self.chat = settings, turn_max_tokens, eval_temperature, chat
+        self.prefill = prefill
+        self.prefill_ids = chat.encode(prefill) if prefill else []
         self.backend: LocalBackend | VLLMServerBackend | None = None
 
     def _backend(self, trainer: Any):
@@ -262,7 +268,7 @@ class MultiTurnRollout:
             if name != self.env:
                 raise ValueError(f"a {name!r} level reached the {self.env!r} rollout; one environment per run")
             episodes.append(Episode(make_env(self.env, **self.env_kwargs), seed, self.settings))
-        rows = [_Row(self.chat.prompt_ids(ep.first_messages())) for ep in episodes]
+        rows = [_Row(self.chat.prompt_ids(ep.first_messages()) + self.prefill_ids) for ep in episodes]
         stop_ids = sorted(set(trainer.eos_token_ids) | {self.chat.turn_end_id})
         budget = trainer.max_completion_length
         with backend.session() as generator:
@@ -292,11 +298,11 @@ class MultiTurnRollout:
         # Decoded with special tokens kept (the parser drops <|...|> markers itself), so a tokenizer that marks its
         # think tags special does not lose them.
         text = self.chat.tokenizer.decode(sample.ids, skip_special_tokens=False)
-        episode.play(text)
+        episode.play(self.prefill + text)
         if episode.done:
             return
         closing = [] if sample.ids and sample.ids[-1] == self.chat.turn_end_id else [self.chat.turn_end_id]
-        reply = closing + self.chat.user_turn_ids(episode.next_user_message())
+        reply = closing + self.chat.user_turn_ids(episode.next_user_message()) + self.prefill_ids
         if len(row.completion) + len(reply) + self.turn_max_tokens > budget:
             row.truncated = True  # the next turn would not fit max_completion_length: the episode ends here
             return
@@ -313,7 +319,9 @@ class MultiTurnRollout:
 
     @staticmethod
     def _log(trainer: Any, episodes: list[Episode], rows: list[_Row], mode: str) -> None:
-        """Batch means over every process (collective)."""
+        """Batch means over every process (collective), and pass@G: the share of prompt groups with at least one
+        solved episode (RAGEN's ``pass@{group_size}``, es_manager.py:349-360; rows of a group are contiguous in
+        the gathered batch, as TRL orders them)."""
         stats = [[ep.episode_return, float(ep.success), len(ep.turns), sum(t.executed for t in ep.turns),
                   sum(t.penalty != 0 for t in ep.turns) / max(len(ep.turns), 1), float(r.truncated),
                   float(sum(r.env_mask)), float(len(r.env_mask) - sum(r.env_mask))] for ep, r in zip(episodes, rows)]
@@ -323,3 +331,7 @@ class MultiTurnRollout:
                  "model_tokens", "env_tokens")
         for name, value in zip(names, every.mean(dim=0).tolist()):
             trainer._metrics[mode][f"env/{name}"].append(value)
+        group = trainer.num_generations if mode == "train" else (trainer.num_generations_eval or 1)
+        if every.shape[0] and every.shape[0] % group == 0:
+            solved = every[:, 1].reshape(-1, group).amax(dim=1)
+            trainer._metrics[mode][f"env/pass@{group}"].append(float(solved.mean()))

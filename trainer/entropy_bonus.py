@@ -1,0 +1,67 @@
+"""The entropy bonus aggregated like the policy loss (``entropy_aggregation: loss_type``).
+
+TRL's bonus is always the token mean of the micro-batch's entropies, whatever ``loss_type`` does with the policy
+term. verl -- and so RAGEN -- aggregates the entropy with the policy loss's own mode (mll-lab-nu/RAGEN@20daedc
+ragen/workers/actor/dp_actor.py:452-456: ``agg_loss(entropy, response_mask, loss_agg_mode)``): Dr. GRPO's
+seq-mean-token-sum sums a sequence's entropies, GRPO's seq-mean-token-mean averages per sequence first. Here the
+bonus takes exactly the normaliser TRL gives the policy term of ``loss_type`` (dr_grpo: rows x
+max_completion_length -- RAGEN's seq-mean-token-sum up to the same constant as its policy term), so the two terms
+keep upstream's ratio. The entropies are TRL's own (captured from its log-prob pass, no second forward).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+
+def aggregate_entropy(trainer: Any, entropies: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+    """The micro-batch entropy term with the policy loss's normaliser for ``trainer.loss_type`` (train mode,
+    gradient accumulation included)."""
+    training = trainer.model.training
+    loss_type = trainer.loss_type
+    accum = trainer.current_gradient_accumulation_steps if training else 1  # TRL: no accumulation in eval
+    weighted = entropies * mask
+    if loss_type in ("grpo", "sapo"):  # seq-mean-token-mean
+        return (weighted.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
+    if loss_type == "dr_grpo":  # seq-mean-token-sum / max_completion_length
+        return weighted.sum() / (entropies.size(0) * trainer.max_completion_length) / accum
+    if loss_type == "luspo":
+        return weighted.sum(-1).mean() / accum
+    if loss_type in ("dapo", "cispo", "vespo"):  # token-mean over the generation batch's tokens
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
+        return weighted.sum() / (normalizer * accum / trainer.args.steps_per_generation if training else normalizer)
+    return weighted.sum() / mask.sum().clamp(min=1.0) / accum  # bnpo: token-mean of the micro-batch
+
+
+def loss_with_aggregated_entropy(trainer: Any, inputs: dict[str, Any], compute: Callable[[], torch.Tensor],
+                                 row_scale: Any = None) -> torch.Tensor:
+    """Run TRL's loss (``compute``) without its own entropy bonus, capturing the entropies of its forward, then
+    subtract ``entropy_coef`` x :func:`aggregate_entropy`. ``row_scale``: batch compaction's factor for row-count
+    normalisers (trainer/compaction.py), applied to the bonus as to the policy term."""
+    captured: dict[str, torch.Tensor] = {}
+    original = trainer._get_per_token_logps_and_entropies
+
+    def spy(*args: Any, **kwargs: Any):
+        out = original(*args, **kwargs)
+        captured["entropies"] = out[1]
+        return out
+
+    enabled, patched = trainer._entropy_bonus_enabled, trainer.__dict__.get("_get_per_token_logps_and_entropies")
+    trainer._get_per_token_logps_and_entropies, trainer._entropy_bonus_enabled = spy, False
+    try:
+        loss = compute()
+    finally:
+        if patched is None:
+            del trainer._get_per_token_logps_and_entropies  # back to the class method
+        else:
+            trainer._get_per_token_logps_and_entropies = patched
+        trainer._entropy_bonus_enabled = enabled
+    mask = inputs["completion_mask"]
+    if "tool_mask" in inputs:
+        mask = mask * inputs["tool_mask"]
+    bonus = aggregate_entropy(trainer, captured["entropies"], mask, inputs)
+    if row_scale is not None and trainer.loss_type in ("grpo", "sapo", "dr_grpo", "luspo"):
+        bonus = bonus * row_scale
+    return loss - trainer.entropy_coef * bonus

@@ -1,0 +1,103 @@
+"""RAGEN's reward-variance collapse early stop (``reward_variance_stop_steps``).
+
+Upstream (mll-lab-nu/RAGEN@20daedc ragen/trainer/agent_trainer.py:251-258, 1209-1242): after every training
+iteration that was not skipped as empty, the batch's mean within-group reward standard deviation
+(``rollout/in_group_reward_std``: unbiased std of each prompt group's episode rewards, penalties included, averaged
+over all groups before filtering) is recorded. The first 10 such values set the baseline (their mean); after that,
+training stops once 10 consecutive values are all below 0.1 x baseline. Here one iteration is one generation
+batch; the stop takes effect at the end of that batch's last optimizer step (upstream stops after the iteration's
+update), with a message naming the knob. State is saved in checkpoints (``winnow_stage_state.json``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+
+def mean_group_reward_std(rewards: torch.Tensor, group_size: int) -> float:
+    """Mean over prompt groups of the unbiased std of their rewards (rows grouped contiguously, as TRL orders them;
+    NaN rewards, i.e. unscorable rollouts, are left out of their group)."""
+    groups = rewards.detach().double().reshape(-1, group_size)
+    stds = []
+    for row in groups:
+        row = row[~torch.isnan(row)]
+        stds.append(float(row.std(unbiased=True)) if row.numel() > 1 else 0.0)
+    return sum(stds) / len(stds)
+
+
+class RewardVarianceStop:
+    """Upstream's baseline-then-window rule on the per-iteration mean group reward std."""
+
+    def __init__(self, steps: int = 10, ratio: float = 0.1):
+        self.steps, self.ratio = steps, ratio
+        self.first: list[float] = []
+        self.base: float | None = None
+        self.window: deque[float] = deque(maxlen=steps)
+        self.triggered = False
+
+    def observe(self, value: float) -> bool:
+        """Record one non-empty iteration's value; True when training should stop."""
+        if len(self.first) < self.steps:
+            self.first.append(float(value))
+            if len(self.first) == self.steps:
+                self.base = sum(self.first) / self.steps
+                self.window.clear()  # the collapse window starts once the baseline exists
+            return self.triggered
+        self.window.append(float(value))
+        if len(self.window) == self.steps and all(v < self.ratio * self.base for v in self.window):
+            self.triggered = True
+        return self.triggered
+
+    def state_dict(self) -> dict[str, Any]:
+        """Baseline, window and flag, for checkpoints."""
+        return {"first": list(self.first), "base": self.base, "window": list(self.window), "triggered": self.triggered}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` on resume."""
+        self.first = [float(v) for v in state["first"]]
+        self.base = state["base"]
+        self.window = deque((float(v) for v in state["window"]), maxlen=self.steps)
+        self.triggered = bool(state["triggered"])
+
+
+class RewardVarianceStopCallback(TrainerCallback):
+    """Stops training at the end of the generation batch in which :class:`RewardVarianceStop` triggered."""
+
+    def __init__(self, monitor: RewardVarianceStop, steps_per_batch: int):
+        self.monitor, self.steps_per_batch = monitor, max(int(steps_per_batch), 1)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.monitor.triggered and state.global_step % self.steps_per_batch == 0 and not control.should_training_stop:
+            m = self.monitor
+            message = (
+                f"winnow-rl: stopping at step {state.global_step}: reward variance collapsed -- the mean within-group "
+                f"reward std stayed below {m.ratio:g} x its baseline {m.base:.6g} (mean of the first {m.steps} "
+                f"non-empty iterations) for {m.steps} iterations in a row: {[round(v, 6) for v in m.window]} "
+                "(RAGEN's early stop). Set reward_variance_stop_steps=0 to keep going."
+            )
+            logger.warning(message)
+            state.log_history.append({"step": state.global_step, "winnow_stop_reason": message})
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+class EvaluateBeforeTrainingCallback(TrainerCallback):
+    """``val_before_train``: one evaluation before the first update (RAGEN's trainer.val_before_train, set True in
+    its main-table script, agent_trainer.py:972-973), so a run's curve starts at the untrained policy. Skipped on
+    resume (global_step > 0), as upstream validates only at step 0 of a fresh run's loop."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            self.trainer.evaluate()
+        return control
