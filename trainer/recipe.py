@@ -203,8 +203,11 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
     parser.set_defaults_with_config(**config)
     task, args, model_args, remaining = parser.parse_args_into_dataclasses(args=rest, return_remaining_strings=True)
     check_keys(parser, {}, remaining)
-    if cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs"):
-        # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it.
+    cli_dataset = cli_values(rest, "dataset_name")
+    same_dataset = cli_dataset is None or cli_dataset[-1] == config.get("dataset_name", cli_dataset[-1])
+    if cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs") and same_dataset:
+        # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it -- unless it
+        # also names another dataset, whose loader does not take the recipe dataset's keywords.
         base = config["dataset_kwargs"]
         base = json.loads(base) if isinstance(base, str) else dict(base)
         task.dataset_kwargs = {**base, **(task.dataset_kwargs or {})}
