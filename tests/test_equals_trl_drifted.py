@@ -10,17 +10,26 @@ micro-batch; each variant is put in the setting where it reduces to TRL's surrog
 - ``naive_hybrid`` with ``opd_coef: 0``: the OPD surrogate vanishes, leaving TRL's surrogate.
 
 The KL, the normaliser for ``loss_type``, the entropy bonus and the logged ``kl`` come from the variant's own code
-(trainer/methods/surrogate.py), so a KL that differs from TRL's shows here.
+(trainer/methods/surrogate.py), so a KL that differs from TRL's shows here. Removed-means-removed (a compacted batch
+equals TRL on the kept rows alone) is checked on the same kind of drifted, off-policy micro-batch.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from harness import BASE_ARGS, deterministic_rollout_func, loss_and_grads, prompt_dataset, reward_length, reward_token_parity
+from harness import (
+    BASE_ARGS,
+    deterministic_rollout_func,
+    kept_rows_only,
+    loss_and_grads,
+    prompt_dataset,
+    reward_length,
+    reward_token_parity,
+)
 from trl import GRPOConfig, GRPOTrainer
 
-from trainer import WinnowConfig, WinnowGRPOTrainer
+from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage
 from trainer.methods.teacher_baselines import TEACHER_DELTA_KEY
 
 LOSS_TYPES = ["grpo", "dapo", "dr_grpo", "bnpo"]
@@ -114,3 +123,44 @@ def test_equals_trl_with_drifted_reference_and_off_policy_ratios(pair, loss_type
         results[bias_correction] = ref_grads
     # the two KL forms really differ here, so an implementation of the wrong one cannot pass
     assert _rel(results[True], results[False]) > 1e-3
+
+
+DROPPED = [1, 2, 6, 8, 9, 10, 11, 15]  # global rows of a 16-row batch; rows 8-11 are a whole group
+
+
+@register_stage("rollout_dropout", "test_drop_fixed_drifted")
+def _drop_fixed(batch, args) -> StageResult:
+    keep = torch.ones(batch.N, dtype=torch.bool)
+    keep[DROPPED] = False
+    return StageResult(keep=keep)
+
+
+@pytest.mark.parametrize("compact_batch", [True, False])
+def test_removed_means_removed_with_drifted_reference_and_off_policy_ratios(tiny_model, tmp_path, compact_batch):
+    """Dropping rollouts == TRL's loss on the kept rollouts alone, for every loss type, on a micro-batch whose old
+    log-probs and reference differ from the policy (the trainer's rows' values, sliced). Masked (compact_batch
+    False), the row-normalised losses carry winnow_loss_scale = N/K = 2, which must scale the KL term too."""
+    common = {**BASE_ARGS, "per_device_train_batch_size": 16, "beta": 0.04}
+    win = WinnowGRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length],
+                            args=WinnowConfig(output_dir=str(tmp_path / "win"), rollout_dropout="test_drop_fixed_drifted",
+                                              compact_batch=compact_batch, **common),
+                            train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
+    trl = GRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length],
+                      args=GRPOConfig(output_dir=str(tmp_path / "trl"), **common), train_dataset=prompt_dataset(),
+                      rollout_func=deterministic_rollout_func)
+    win.model.train()
+    torch.manual_seed(1234)
+    inputs = win._prepare_inputs(next(iter(win.get_train_dataloader())))
+    g = torch.Generator().manual_seed(3)
+    shape = inputs["completion_ids"].shape
+    inputs = {**inputs, "old_per_token_logps": inputs["ref_per_token_logps"] + 0.3 * torch.randn(shape, generator=g),
+              "ref_per_token_logps": inputs["ref_per_token_logps"] + 0.5 * torch.randn(shape, generator=g)}
+    sliced, kept = kept_rows_only(inputs)
+    assert int(kept.sum()) == 16 - len(DROPPED)
+    for loss_type in LOSS_TYPES:
+        win.loss_type = trl.loss_type = loss_type
+        win_loss, win_grads = loss_and_grads(win, inputs)
+        ref_loss, ref_grads = loss_and_grads(trl, sliced)
+        assert abs(float(win_loss - ref_loss)) <= 1e-6 * abs(float(ref_loss)), loss_type
+        assert _rel(ref_grads, win_grads) <= 1e-5, loss_type
+        assert trl._metrics["train"]["kl"][-1] > 1e-3

@@ -127,12 +127,11 @@ def test_sampler_logps_without_sampler_fails_before_model_load(tmp_path):
                           train_dataset=prompt_dataset())
 
 
-def test_trainer_requires_winnow_config(tiny_model, tmp_path):
-    from trl import GRPOConfig
-
+def test_trainer_rejects_args_that_are_no_grpo_config(tiny_model, tmp_path):
+    """A plain GRPOConfig is accepted (tests/test_drop_in.py); anything else is a TypeError naming WinnowConfig."""
     with pytest.raises(TypeError, match="WinnowConfig"):
-        WinnowGRPOTrainer(model=tiny_model, reward_funcs=reward_token_parity,
-                          args=GRPOConfig(output_dir=str(tmp_path), **BASE_ARGS), train_dataset=prompt_dataset())
+        WinnowGRPOTrainer(model=tiny_model, reward_funcs=reward_token_parity, args={"output_dir": str(tmp_path)},
+                          train_dataset=prompt_dataset())
 
 
 def broken_reward(completions, **kwargs):

@@ -6,7 +6,10 @@ naming the field and the fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import warnings
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 from trl import GRPOConfig
 
@@ -392,20 +395,27 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             )
 
     def _validate_checkpoint_alignment(self) -> None:
-        """A checkpoint inside a generation batch cannot resume exactly: TRL keeps the batch's remaining
-        micro-batches only in memory and generates a fresh batch after a resume."""
+        """Warn when a checkpoint can fall inside a generation batch: TRL keeps the batch's remaining micro-batches
+        only in memory and generates a fresh batch after a resume, so such a resume is not exact. A warning, not an
+        error: TRL accepts the configuration (its default save_steps 500 is one), and training itself is unaffected.
+
+        TRL generates when its micro-step counter is a multiple of steps_per_generation x num_iterations, and
+        optimizer step s ends at micro-step s x gradient_accumulation_steps (integer arithmetic, no float modulo)."""
         strategy = str(getattr(self.save_strategy, "value", self.save_strategy))
-        per_generation = self.steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
-        if strategy != "steps" or per_generation <= 1 or self.save_steps < 1:
+        if strategy != "steps" or self.save_steps < 1:  # a save_steps < 1 is a ratio, resolved at train time
             return
-        if self.save_steps % per_generation:
-            raise ConfigError(
-                "save_steps",
-                f"{self.save_steps} is not a multiple of the {per_generation:g} optimizer steps of one generation batch "
-                "(steps_per_generation x num_iterations / gradient_accumulation_steps), so a checkpoint would fall "
-                "inside a batch and a resumed run would not continue exactly",
-                f"use a multiple of {per_generation:g}",
-            )
+        per_batch = self.steps_per_generation * self.num_iterations  # micro-steps of one generation batch
+        accum = self.gradient_accumulation_steps
+        if int(self.save_steps) == self.save_steps and (int(self.save_steps) * accum) % per_batch == 0:
+            return
+        aligned = per_batch // math.gcd(per_batch, accum)  # the smallest save_steps on a batch boundary
+        warnings.warn(
+            f"WinnowConfig.save_steps: {self.save_steps:g} optimizer steps puts checkpoints inside a generation batch "
+            f"({per_batch} micro-steps = steps_per_generation x num_iterations, {accum} per optimizer step), so a run "
+            "resumed from one regenerates that batch and does not continue exactly. Fix: use a multiple of "
+            f"{aligned} for save_steps",
+            stacklevel=2,
+        )
 
     def _validate_winnow(self) -> None:
         """Fail fast on winnow fields (TRL validates its own in super().__post_init__)."""
@@ -523,3 +533,29 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                     raise ConfigError(
                         name, f"{what} is not combined with loss_variant {self.loss_variant!r}", f"set {name}: {off}"
                     )
+
+
+def as_winnow_config(args: Any, model: Any) -> WinnowConfig:
+    """The trainer's ``args`` as a :class:`WinnowConfig`, so the subclass is a drop-in for TRL's ``GRPOTrainer``:
+
+    - ``None``: TRL's default, ``GRPOConfig(f"{model_name}-GRPO")``, as a WinnowConfig (every stage off);
+    - a plain ``GRPOConfig``: the same, already validated values (derived ones such as steps_per_generation
+      included; __post_init__ is not re-run on them) with every winnow field at its default, i.e. every stage off;
+    - a ``WinnowConfig``: unchanged."""
+    if isinstance(args, WinnowConfig):
+        return args
+    if args is None:
+        from trl.trainer.utils import get_config_model_id
+
+        model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+        return WinnowConfig(f"{model_name.split('/')[-1]}-GRPO")
+    if not isinstance(args, GRPOConfig):
+        raise TypeError(f"WinnowGRPOTrainer needs args=WinnowConfig(...) or a GRPOConfig, got {type(args).__name__}")
+    converted = WinnowConfig.__new__(WinnowConfig)
+    converted.__dict__.update(vars(args))
+    for f in fields(WinnowConfig):
+        if f.name not in converted.__dict__:
+            setattr(converted, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+    converted._validate_winnow()
+    converted._validate_checkpoint_alignment()
+    return converted

@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 from accelerate import PartialState
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from . import atomic_checkpoint, stages, trained_batch_metrics
 from .collapse import CollapseDetector
 from .compaction import compact
-from .config import THINK_PREFILL, ConfigError, WinnowConfig
+from .config import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
 from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .entropy_bonus import loss_with_aggregated_entropy
@@ -52,15 +52,11 @@ STAGE_STATE_FILE = "winnow_stage_state.json"  # in each checkpoint folder, next 
 
 
 class WinnowGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer with the winnow stage pipeline. Takes the same arguments; ``args`` must be a
-    :class:`WinnowConfig`."""
+    """TRL's GRPOTrainer with the winnow stage pipeline. Takes the same arguments: ``args`` is a
+    :class:`WinnowConfig`, a plain ``GRPOConfig`` (every stage off) or None (TRL's default config)."""
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: WinnowConfig | None = None, **kwargs: Any):
-        if not isinstance(args, WinnowConfig):
-            raise TypeError(
-                f"WinnowGRPOTrainer needs args=WinnowConfig(...), got {type(args).__name__}; WinnowConfig takes every "
-                "GRPOConfig field plus the stage selectors"
-            )
+    def __init__(self, model: Any, reward_funcs: Any = None, args: WinnowConfig | GRPOConfig | None = None, **kwargs: Any):
+        args = as_winnow_config(args, model)
         _validate_runtime(args, kwargs.get("rollout_func"))
         check_before_load(args, model, kwargs.get("peft_config"))  # W&B, vLLM for NCCL, fp32 masters (startup_checks.py)
         server = _server_url(args)
@@ -402,8 +398,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
         when they exist; otherwise one no-grad forward of the current policy -- which, before this
         generation batch's first update, *is* the old policy.
         """
+        sampler = self.args.old_logps_source == "sampler"
+        if sampler and output.get("sampling_per_token_logps") is None:  # a rollout_func that returned no logprobs
+            raise ConfigError("old_logps_source", "'sampler' needs per-token log-probs, and the generator returned "
+                              "none for this batch", "use old_logps_source='policy' or return 'logprobs' from it")
         if not need_entropy:
-            if self.args.old_logps_source == "sampler":
+            if sampler:
                 return output["sampling_per_token_logps"], None
             if output.get("old_per_token_logps") is not None:
                 return output["old_per_token_logps"], None
@@ -418,7 +418,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 batch_size=self.args.per_device_train_batch_size,
                 compute_entropy=need_entropy,
             )
-        if self.args.old_logps_source == "sampler":
+        if sampler:
             logps = output["sampling_per_token_logps"]
         elif output.get("old_per_token_logps") is not None:
             logps = output["old_per_token_logps"]
@@ -492,10 +492,20 @@ def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
             "(or use_cpu is true)",
             "use weight_sync: disk (full weights through a shared folder) or lora (PEFT adapters), or 'auto'",
         )
-    if args.old_logps_source == "sampler" and not args.use_vllm and rollout_func is None:
+    if args.old_logps_source != "sampler":
+        return
+    if not args.use_vllm and rollout_func is None:
         raise ConfigError(
             "old_logps_source",
             "'sampler' needs a generator that returns per-token log-probs, but use_vllm is False and no rollout_func "
             "was given (local generate returns none)",
             "set use_vllm=True, pass a rollout_func that returns 'logprobs', or use old_logps_source='policy'",
+        )
+    returns_logprobs = getattr(rollout_func, "returns_logprobs", None)  # a rollout_func may say (rollout.py)
+    if callable(returns_logprobs) and not returns_logprobs(args):
+        raise ConfigError(
+            "old_logps_source",
+            f"'sampler' needs per-token log-probs, and the rollout_func ({type(rollout_func).__name__}) returns none "
+            "with this generation backend (the environment rollout's local model.generate backend has none)",
+            "use old_logps_source='policy', or generate with the vLLM server (use_vllm=True, vllm_mode='server')",
         )

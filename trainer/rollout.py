@@ -243,6 +243,12 @@ class MultiTurnRollout:
         self.prefill_ids = chat.encode(prefill) if prefill else []
         self.backend: LocalBackend | VLLMServerBackend | None = None
 
+    @staticmethod
+    def returns_logprobs(args: Any) -> bool:
+        """Whether the sampled tokens come back with their log-probs: only from the vLLM server backend
+        (``model.generate`` returns none), so ``old_logps_source: sampler`` is checked against this before load."""
+        return bool(args.use_vllm) and args.vllm_mode == "server"
+
     def _backend(self, trainer: Any):
         if self.backend is None:
             if not trainer.use_vllm:
