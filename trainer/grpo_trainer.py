@@ -132,9 +132,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
         return output
 
     def training_step(self, model, inputs, num_items_in_batch):
-        """TRL's training step, except for micro-batches of a generation batch whose every rollout was
-        removed (compacted to zero-weight rows): outside DeepSpeed they run no forward and no backward at all
-        -- every rank skips together, the decision being global -- and the optimizer step is skipped."""
+        """TRL's training step, except for micro-batches of an optimizer step that holds no kept rollout on any
+        rank (``winnow_all_dropped``, trainer/step_dealing.py): outside DeepSpeed they run no forward and no
+        backward at all -- every rank skips together, the decision being global -- and the optimizer step is
+        skipped."""
         if self._empty_steps is None or self.is_deepspeed_enabled:
             return super().training_step(model, inputs, num_items_in_batch)
         # Trainer.training_step's own first lines: the mode decides how TRL generates (train vs eval batch)
