@@ -143,13 +143,15 @@ def test_fixed_one_kept_rollout_per_step_each_trl_loss(tiny_model, tmp_path, com
     assert tr._metrics["train"]["stages/updates_per_generation"] == [4.0]
 
 
-@pytest.mark.parametrize("keep, empty_per_generation", [([1, 6, 11, 12], 0), ([5, 9], 2)])
-def test_fixed_never_stops_a_run_that_keeps_rollouts(tiny_model, tmp_path, keep, empty_per_generation):
+@pytest.mark.parametrize("keep, compact, empty_per_generation",
+                         [([1, 6, 11, 12], False, 0), ([1, 6, 11, 12, 14], True, 0), ([5, 9], True, 2)])
+def test_fixed_never_stops_a_run_that_keeps_rollouts(tiny_model, tmp_path, keep, compact, empty_per_generation):
     """snr_empty_stop_steps=1 with 4 optimizer steps per generation: K >= U kept rows leave no step empty; K=2 < U=4
     leaves exactly U-K=2 steps of each generation empty, skipped and not counted: the run reaches max_steps."""
     KEEP_ROWS[:] = keep
     tr = build(tmp_path, tiny_model, f"nostop-{len(keep)}", rollout_dropout="test_dealing_keep_rows",
-               per_device_train_batch_size=4, steps_per_generation=4, snr_empty_stop_steps=1, max_steps=8)
+               per_device_train_batch_size=4, steps_per_generation=4, snr_empty_stop_steps=1, max_steps=8,
+               compact_batch=compact)
     tr.train()
     assert tr.state.global_step == 8
     empty = [h["stages/empty_step"] for h in tr.state.log_history if "stages/empty_step" in h]

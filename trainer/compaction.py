@@ -14,11 +14,11 @@ divide by the global kept-token count, which compaction keeps; row-normalised on
 luspo) divide by the micro-batch's row count, which compaction changes from B to B' -- the loss scale
 ``N/K * B'/B`` restores each kept row's weight exactly. Both hold step for step when one optimizer step
 consumes the whole generation batch (``steps_per_generation == gradient_accumulation_steps``); with several
-optimizer steps per generation TRL's shuffle already assigns rows to steps at random, and compaction assigns
-them at random too. ``bnpo`` and TRL's entropy bonus normalise by the loss tokens of each process's micro-batch
-(DDP then averages over processes), so they equal the masked formulation only with one process and one
-micro-batch per optimizer step: with more processes the re-deal changes which kept rows share a process, hence each
-process's normaliser (TRL's own bnpo likewise depends on how its shuffle deals rows).
+optimizer steps per generation, trainer/step_dealing.py then deals the kept rows over the steps
+(``filtered_updates``) after TRL's shuffle. ``bnpo`` and TRL's entropy bonus normalise by the loss tokens of each
+process's micro-batch (DDP then averages over processes), so they equal the masked formulation only with one
+process and one micro-batch per optimizer step: with more processes the re-deal changes which kept rows share a
+process, hence each process's normaliser (TRL's own bnpo likewise depends on how its shuffle deals rows).
 
 Multimodal batches (pixel values, image counts) are left masked: their per-image tensors do not split by row.
 """

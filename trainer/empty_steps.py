@@ -18,7 +18,7 @@ optimizer step can be empty while another of the same batch is not: trainer/step
 rollouts so that this happens only when the batch kept fewer rollouts than it has steps (or, with
 ``filtered_updates: proportional``, for the steps beyond ceil(kept / mini-batch)). Such a step is skipped
 but does not count: ``snr_empty_stop_steps`` counts consecutive generation batches with nothing to train on
-(RAGEN counts iterations: mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py, consecutive_empty_filtered_steps),
+(RAGEN counts iterations: mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py:1126-1153),
 and the stop -- with its checkpoint -- waits for the last optimizer step of the batch, so the save lands
 on a generation-batch boundary like every other checkpoint (trainer/config.py's save_steps check). The
 loss-token count of every micro-batch of the accumulation window is summed over processes at the window's

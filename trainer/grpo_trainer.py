@@ -185,9 +185,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
         return output, keep
 
     def training_step(self, model, inputs, num_items_in_batch):
-        """TRL's training step, except for micro-batches of a generation batch whose every rollout was
-        removed (compacted to zero-weight rows): outside DeepSpeed they run no forward and no backward at all
-        -- every rank skips together, the decision being global -- and the optimizer step is skipped."""
+        """TRL's training step, except for micro-batches of an optimizer step that holds no kept rollout on any
+        rank (``winnow_all_dropped``, trainer/step_dealing.py): outside DeepSpeed they run no forward and no
+        backward at all -- every rank skips together, the decision being global -- and the optimizer step is
+        skipped."""
         if self._empty_steps is None or self.is_deepspeed_enabled:
             return super().training_step(model, inputs, num_items_in_batch)
         # Trainer.training_step's own first lines: the mode decides how TRL generates (train vs eval batch)
@@ -438,8 +439,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         plan = dict(mode=self.args.filtered_updates, micro_batches=S, accumulation=self.args.gradient_accumulation_steps,
                     first_micro_step=self._step, passes=self.num_iterations)
         if self.args.compact_batch:
-            rows = compacted_micro_rows(K, world, S, plan["accumulation"], self.args.per_device_train_batch_size,
-                                        plan["mode"])
+            micro_rows = compacted_micro_rows(K, world, S, plan["accumulation"], self.args.per_device_train_batch_size,
+                                              plan["mode"])
             compacted = compact(
                 output,
                 decision.keep,
@@ -448,13 +449,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 pad_token_id=self._tokenizer.pad_token_id,
                 steps_per_generation=S,
                 micro_batch_rows=self.args.per_device_train_batch_size,
-                rows_per_step=rows,
+                rows_per_step=micro_rows,
             )
             if compacted is not None:
                 output.clear()
                 output.update(compacted)
                 counts = tuple(len(range(r, K, world)) for r in range(world))
-                self._generation = (False, DealPlan(counts=counts, micro_rows=rows, **plan))
+                self._generation = (False, DealPlan(counts=counts, micro_rows=micro_rows, **plan))
                 return
         keep = decision.keep[rows].unsqueeze(1)
         tool_mask = output.get("tool_mask")
