@@ -159,13 +159,12 @@ def check_launch(task: TaskArguments, num_processes: int) -> None:
 def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig):
     """Dataset + reward functions + model -> a ``WinnowGRPOTrainer`` with the metrics file callback."""
     import rewards
+    from accelerate import PartialState
     from transformers import AutoTokenizer
 
     from .data import load_task_dataset
     from .grpo_trainer import WinnowGRPOTrainer
     from .run_artifacts import MetricsFileCallback
-
-    from accelerate import PartialState
 
     check_launch(task, PartialState().num_processes)  # before any model, tokenizer or dataset loads
     model_path = resolve_model_path(model_args.model_name_or_path)
