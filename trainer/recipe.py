@@ -272,12 +272,11 @@ class RunInputs:
 def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> RunInputs:
     """Model path, dataset, tokenizer and reward functions -- every data and reward mistake surfaces here as a
     RecipeError, before any weights load."""
+    from accelerate import PartialState
     from transformers import AutoTokenizer
 
     from . import recipe_checks as checks
     from .data import DatasetUnavailableError, list_task_datasets, load_task_dataset
-
-    from accelerate import PartialState
 
     check_launch(task, PartialState().num_processes)  # before any model, tokenizer or dataset loads
     model_path = resolve_model_path(model_args.model_name_or_path)
