@@ -103,6 +103,7 @@ CASES = [
     ("cli_unknown_flag", {}, ["--num_generation", "4"], {}, "--num_generation", "did you mean 'num_generations'"),
     ("cli_wrong_type", {}, ["--learning_rate", "fast"], {}, "--learning_rate", "--help"),
     ("yaml_wrong_type", {"num_generations": 2.5}, [], {}, "num_generations", "type int"),
+    ("trl_validation", {"num_generations": 3}, [], {}, "recipe", "the message names"),
     ("stage_unknown", {"rollout_filter": "snr_typo"}, [], {}, "rollout_filter", "use one of"),
     ("dataset_unknown", {"dataset_name": "arithmetics"}, [], {}, "dataset_name", "arithmetic"),
     ("dataset_kwarg_unknown", {"dataset_kwargs": {"num_sample": 3}}, [], {}, "dataset_kwargs", "accepts"),

@@ -13,10 +13,11 @@ import json
 import logging
 import os
 import sys
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, Sequence
 
 from trl import ModelConfig, get_peft_config
@@ -201,7 +202,18 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
     if "WORLD_SIZE" in os.environ and launch_processes.isdigit():  # else argparse's type check names the flag
         check_process_count(int(launch_processes))
     parser.set_defaults_with_config(**config)
-    task, args, model_args, remaining = parser.parse_args_into_dataclasses(args=rest, return_remaining_strings=True)
+    try:
+        with warnings.catch_warnings():
+            # TRL's GRPOConfig itself sets the deprecated alias; the warning is for code authors, not recipe users
+            warnings.filterwarnings("ignore", message="`gradient_checkpointing", category=FutureWarning)
+            task, args, model_args, remaining = parser.parse_args_into_dataclasses(args=rest, return_remaining_strings=True)
+    except ConfigError:
+        raise
+    except ValueError as e:  # transformers' / TRL's own validation of their fields: a message, no field name
+        problem = " ".join(str(e).split())
+        fix = ("on a machine without a GPU pass --bf16 false --use_cpu true" if "bf16" in problem
+               else "change the value the message names (python launch/train.py --help describes each field)")
+        raise RecipeError("recipe", problem, fix) from None
     check_keys(parser, {}, remaining)
     if cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs"):
         # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it.
