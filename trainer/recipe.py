@@ -215,8 +215,10 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
                else "change the value the message names (python launch/train.py --help describes each field)")
         raise RecipeError("recipe", problem, fix) from None
     check_keys(parser, {}, remaining)
-    if cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs"):
-        # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it.
+    if (cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs")
+            and task.dataset_name == config.get("dataset_name", task.dataset_name)):
+        # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it -- unless it
+        # also names another dataset, whose loader takes other arguments.
         base = config["dataset_kwargs"]
         base = json.loads(base) if isinstance(base, str) else dict(base)
         task.dataset_kwargs = {**base, **(task.dataset_kwargs or {})}
