@@ -39,7 +39,9 @@ FAMILIES = {
     "kl_cov": ("configs/grpodropout/table1/qwen3-4b-kl_cov.yaml", [], ["kl_cov/selected_frac", "kl_cov/abs_log_ratio_mean"]),
     "beyond8020": ("configs/grpodropout/table1/qwen3-4b-beyond8020.yaml", [], ["entropy"]),
     "drgrpo": ("configs/ragen/countdown-drgrpo-nofilter.yaml",
-               ["--dataset_kwargs", '{"num_samples": 64, "seed": 1}', "--collapse_detection", "false"], ["snr/kept_groups"]),
+               # --dataset_kwargs merges into the recipe's mapping: a null path drops its hub copy (generated offline)
+               ["--dataset_kwargs", '{"num_samples": 64, "seed": 1, "path": null, "split": "train"}',
+                "--collapse_detection", "false"], ["snr/kept_groups"]),
 }
 
 

@@ -103,6 +103,7 @@ CASES = [
     ("cli_unknown_flag", {}, ["--num_generation", "4"], {}, "--num_generation", "did you mean 'num_generations'"),
     ("cli_wrong_type", {}, ["--learning_rate", "fast"], {}, "--learning_rate", "--help"),
     ("yaml_wrong_type", {"num_generations": 2.5}, [], {}, "num_generations", "type int"),
+    ("trl_validation", {"num_generations": 3}, [], {}, "recipe", "the message names"),
     ("stage_unknown", {"rollout_filter": "snr_typo"}, [], {}, "rollout_filter", "use one of"),
     ("dataset_unknown", {"dataset_name": "arithmetics"}, [], {}, "dataset_name", "arithmetic"),
     ("dataset_kwarg_unknown", {"dataset_kwargs": {"num_sample": 3}}, [], {}, "dataset_kwargs", "accepts"),
@@ -283,9 +284,12 @@ def test_dataset_kwargs_on_the_command_line_merge_into_the_recipe(tmp_path):
     from trainer.recipe import parse_recipe
 
     recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"),
-                                          "dataset_kwargs": {"num_samples": 16, "seed": 1, "max_operand": 50}})
+                                          "dataset_kwargs": {"num_samples": 16, "seed": 1, "max_value": 50}})
     task, _, _ = parse_recipe(["--config", str(recipe), "--dataset_kwargs", '{"seed": 7}'])
-    assert task.dataset_kwargs == {"num_samples": 16, "seed": 7, "max_operand": 50}
+    assert task.dataset_kwargs == {"num_samples": 16, "seed": 7, "max_value": 50}
+    # another dataset on the command line: the recipe's loader arguments do not apply to it
+    task, _, _ = parse_recipe(["--config", str(recipe), "--dataset_name", "countdown", "--dataset_kwargs", '{"seed": 7}'])
+    assert task.dataset_kwargs == {"seed": 7}
 
 
 def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_model):

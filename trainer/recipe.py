@@ -13,10 +13,11 @@ import json
 import logging
 import os
 import sys
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, Sequence
 
 from trl import ModelConfig, get_peft_config
@@ -201,13 +202,23 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
     if "WORLD_SIZE" in os.environ and launch_processes.isdigit():  # else argparse's type check names the flag
         check_process_count(int(launch_processes))
     parser.set_defaults_with_config(**config)
-    task, args, model_args, remaining = parser.parse_args_into_dataclasses(args=rest, return_remaining_strings=True)
+    try:
+        with warnings.catch_warnings():
+            # TRL's GRPOConfig itself sets the deprecated alias; the warning is for code authors, not recipe users
+            warnings.filterwarnings("ignore", message="`gradient_checkpointing", category=FutureWarning)
+            task, args, model_args, remaining = parser.parse_args_into_dataclasses(args=rest, return_remaining_strings=True)
+    except ConfigError:
+        raise
+    except ValueError as e:  # transformers' / TRL's own validation of their fields: a message, no field name
+        problem = " ".join(str(e).split())
+        fix = ("on a machine without a GPU pass --bf16 false --use_cpu true" if "bf16" in problem
+               else "change the value the message names (python launch/train.py --help describes each field)")
+        raise RecipeError("recipe", problem, fix) from None
     check_keys(parser, {}, remaining)
-    cli_dataset = cli_values(rest, "dataset_name")
-    same_dataset = cli_dataset is None or cli_dataset[-1] == config.get("dataset_name", cli_dataset[-1])
-    if cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs") and same_dataset:
+    if (cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs")
+            and task.dataset_name == config.get("dataset_name", task.dataset_name)):
         # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it -- unless it
-        # also names another dataset, whose loader does not take the recipe dataset's keywords.
+        # also names another dataset, whose loader takes other arguments.
         base = config["dataset_kwargs"]
         base = json.loads(base) if isinstance(base, str) else dict(base)
         task.dataset_kwargs = {**base, **(task.dataset_kwargs or {})}

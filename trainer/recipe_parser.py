@@ -34,7 +34,7 @@ class RecipeError(ConfigError):
     """A recipe or command-line mistake found before any weights load: ``<where>: <what>. Fix: <how>``."""
 
     def __init__(self, field_name: str, problem: str, fix: str):
-        ValueError.__init__(self, f"{field_name}: {problem}. Fix: {fix}")
+        ValueError.__init__(self, f"{field_name}: {problem.rstrip('. ')}. Fix: {fix}")
         self.field_name = field_name
 
 
