@@ -109,3 +109,33 @@ def test_a_model_that_never_thinks_keeps_the_whole_completion_mode(bpe):
     completions = [bpe.encode("Left", add_special_tokens=False), bpe.encode("Up", add_special_tokens=False)]
     traces, contexts, whole = first_turn_traces(prompts, completions, None, None, bpe)
     assert whole and [t.reasoning for t in traces] == [tuple(c) for c in completions]
+
+
+def _detector(num_samples=64, max_tokens=10**9):
+    d = CollapseDetector.__new__(CollapseDetector)
+    d.num_samples, d.max_tokens, d.seed, d._ema = num_samples, max_tokens, 0, {}
+    return d
+
+
+def test_multi_turn_sample_is_trajectory_uniform_with_replacement():
+    """RAGEN draws the episode uniformly, then a turn of it (collapse_trajectory_sample/*): an episode with one valid
+    turn is drawn as often as one with nine (turn-uniform sampling would give it 10 %)."""
+    from trainer.collapse import Trace
+
+    traces = [Trace((0, 1), (5,), 0)] + [Trace((1, k), (6,), 1) for k in range(9)]
+    d = _detector()
+    draws = [t.episode for step in range(40) for t in d._trajectory_uniform(traces, step)]
+    assert len(draws) == 40 * 64
+    share = draws.count(0) / len(draws)
+    assert abs(share - 0.5) < 4 * math.sqrt(0.25 / len(draws))
+
+
+def test_multi_turn_budget_keeps_traces_and_columns_together():
+    """64 x 64 when the budget allows it; otherwise the largest K with K x (sum |X| + sum |Z|) <= budget, each draw
+    still its own column (before: 64 columns and as few as 3 traces)."""
+    from trainer.collapse import Trace
+
+    traces = [Trace(tuple(range(m, m + 1500)), tuple(range(100)), m) for m in range(128)]
+    assert len(_detector()._trajectory_uniform(traces, 1)) == 64
+    kept = _detector(max_tokens=262_144)._trajectory_uniform(traces, 1)
+    assert len(kept) == 12 and 12 * 12 * 1600 <= 262_144 < 13 * 13 * 1600

@@ -35,8 +35,9 @@ def run_recipe(rel: str, tmp_path: Path, *extra: str):
 
 
 def test_sokoban_recipe_trains_through_the_multi_turn_rollout(tmp_path):
+    # the random tiny model never closes a think block: without the prefill its turns are whole-completion traces
     trainer, returned = run_recipe("configs/ragen/sokoban-grpo-topp0.9.yaml", tmp_path, "--eval_strategy", "no",
-                                   "--collapse_turns", "all")
+                                   "--val_before_train", "false", "--think_prefill", "false", "--collapse_turns", "all")
     out = returned[0]
     seeds = out["env_seed"]
     assert len(seeds) == 4 and seeds[0] == seeds[1] and seeds[2] == seeds[3]  # a group shares its level
@@ -46,9 +47,10 @@ def test_sokoban_recipe_trains_through_the_multi_turn_rollout(tmp_path):
     logs = trainer.state.log_history[0]
     assert logs["env/turns"] == pytest.approx(sum(out["num_turns"]) / 4)
     assert any(k.startswith("snr/") for k in logs)
-    # multi-turn collapse check: every turn of every episode is a trace, scored under the drawn traces' contexts
+    # multi-turn collapse check: every turn of every episode is a trace; 4 draws (episode, then turn; with
+    # replacement, as RAGEN) scored under the drawn traces' contexts
     assert logs["collapse/traces_total"] == sum(out["num_turns"])
-    assert logs["collapse/num_prompts"] == min(4, sum(out["num_turns"]))
+    assert logs["collapse/num_samples"] == 4 and 1 <= logs["collapse/num_prompts"] <= min(4, sum(out["num_turns"]))
     first = out["prompt_ids"][0]
     prompt_text = trainer.processing_class.decode(first)
     assert "Sokoban" in prompt_text and "Board size: 6 rows x 6 cols" in prompt_text
@@ -59,7 +61,8 @@ def test_frozenlake_recipe_validates_on_held_out_levels(tmp_path):
         "configs/ragen/frozenlake-dapo-nofilter.yaml", tmp_path, "--eval_strategy", "steps", "--eval_steps", "1",
         "--env_eval_levels", "4", "--per_device_eval_batch_size", "4", "--collapse_detection", "false",
     )
-    train_out, eval_out = returned[0], returned[-1]
+    before, train_out, eval_out = returned[0], returned[1], returned[-1]
+    assert sorted(before["env_seed"]) == [123, 124, 125, 126]  # val_before_train: validation before the update
     assert all(seed >= 10_000 for seed in train_out["env_seed"])
     assert sorted(eval_out["env_seed"]) == [123, 124, 125, 126]  # validation levels, one rollout each
     evaluation = next(e for e in trainer.state.log_history if "eval_env/return" in e)

@@ -49,6 +49,7 @@ class Trace:
 
     context: tuple[int, ...]
     reasoning: tuple[int, ...]
+    episode: int = -1  # the rollout row the trace came from (multi-turn sampling is uniform over episodes)
 
 
 def first_turn_traces(
@@ -166,10 +167,15 @@ class CollapseDetector:
         completion_mask = gather(model_tokens.long(), 0)
         prompts = [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(prompt_ids, prompt_mask)]
         if self.all_turns:  # one (context, turn) pair per model turn; the context ends where the turn starts
-            pairs = [pair for p, ids, mask in zip(prompts, completion_ids, completion_mask) for pair in _turns(p, ids, mask)]
-            prompts, completions = [p for p, _ in pairs], [c for _, c in pairs]
-        else:
-            completions = [_first_run(ids, mask) for ids, mask in zip(completion_ids, completion_mask)]
+            pairs = [(row, pair) for row, (p, ids, mask) in enumerate(zip(prompts, completion_ids, completion_mask))
+                     for pair in _turns(p, ids, mask)]
+            episodes = [row for row, _ in pairs]
+            prompts, completions = [p for _, (p, _) in pairs], [c for _, (_, c) in pairs]
+            traces, contexts, whole = first_turn_traces(prompts, completions, self.think_open, self.think_close,
+                                                        self.tokenizer)
+            traces = [None if t is None else Trace(t.context, t.reasoning, row) for t, row in zip(traces, episodes)]
+            return traces, contexts, whole
+        completions = [_first_run(ids, mask) for ids, mask in zip(completion_ids, completion_mask)]
         return first_turn_traces(prompts, completions, self.think_open, self.think_close, self.tokenizer)
 
     def check(
@@ -186,8 +192,7 @@ class CollapseDetector:
         started = time.perf_counter()
         valid = [t for t in traces if t is not None]
         if self.all_turns:  # contexts are per episode: draw the traces first, score them under each other's contexts
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 1)
-            valid = [valid[i] for i in torch.randperm(len(valid), generator=generator)[: self.num_samples].tolist()]
+            valid = self._trajectory_uniform(valid, step)
             contexts = [t.context for t in valid]
         metrics = {
             "traces_total": float(len(traces)),
@@ -214,6 +219,33 @@ class CollapseDetector:
         metrics["tokens_scored"] = float(sum(len(columns[j]) + len(sampled[n].reasoning) for n, j in pairs))
         metrics["seconds"] = time.perf_counter() - started
         return metrics
+
+    def _trajectory_uniform(self, valid: list[Trace], step: int) -> list[Trace]:
+        """RAGEN's multi-turn sample (collapse_metrics.py, ``collapse_trajectory_sample``): ``num_samples`` draws
+        with replacement, each an episode uniformly among those with a valid turn, then one of its valid turns
+        uniformly; each draw is its own column. The token budget admits the longest prefix of the draws whose
+        K x K cross-scoring (K x sum|X| + K x sum|Z| tokens) fits ``collapse_max_tokens``, so traces and columns
+        shrink together instead of 64 columns scoring a handful of traces."""
+        by_episode: dict[int, list[Trace]] = {}
+        for trace in valid:
+            by_episode.setdefault(trace.episode, []).append(trace)
+        if not by_episode:
+            return []
+        episodes = sorted(by_episode)
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 1)
+        draws = []
+        for _ in range(self.num_samples):
+            m = episodes[int(torch.randint(len(episodes), (1,), generator=generator))]
+            turns = by_episode[m]
+            draws.append(turns[int(torch.randint(len(turns), (1,), generator=generator))])
+        sum_x = sum_z = 0
+        kept = 0
+        for k, trace in enumerate(draws, start=1):
+            sum_x, sum_z = sum_x + len(trace.context), sum_z + len(trace.reasoning)
+            if k * (sum_x + sum_z) > self.max_tokens:
+                break
+            kept = k
+        return draws[:kept]
 
     def _ema_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """RAGEN's EMA z-score (mll-lab-nu/RAGEN@20daedc ragen/trainer/collapse_metrics.py:315-342): the marginal std
