@@ -200,8 +200,8 @@ def test_multi_turn_rollout_through_the_server(server, tmp_path):
         "--launch_processes", "1", "--gradient_checkpointing", "false", "--report_to", "none", "--num_generations", "2",
         "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--steps_per_generation", "1",
         "--max_steps", "1", "--max_turns", "2", "--turn_max_tokens", "8", "--max_completion_length", "300",
-        "--collapse_detection", "false", "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", "1",
-        "--dataset_kwargs", '{"num_levels": 8}', "--disable_tqdm", "true", "--output_dir", str(tmp_path),
+        "--collapse_detection", "false", "--eval_strategy", "no", "--val_before_train", "false", "--save_strategy", "no",
+        "--logging_steps", "1", "--dataset_kwargs", '{"num_levels": 8}', "--disable_tqdm", "true", "--output_dir", str(tmp_path),
     ])
     trainer = build_trainer(task, args, model)
     returned = []
