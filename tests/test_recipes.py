@@ -145,7 +145,7 @@ PAPER_RECIPES["configs/grpodropout/table1/qwen3-4b-beyond8020-dapo.yaml"] = (
 GRPODROPOUT_FAMILY = sorted(k for k in PAPER_RECIPES if k.startswith(("configs/grpo/", "configs/grpodropout/")))
 
 
-# RAGEN-2 (arXiv:2604.06268 §4.4; shared/reference/ragen.md §1.7 and §8): the main-table settings, and the
+# RAGEN-2 (arXiv:2604.06268 §4.4; mll-lab-nu/RAGEN@20daedc config/base.yaml): the main-table settings, and the
 # filter exactly as scripts/runs/run_main_table_diff_algo.sh ran it (softmax top-p, include_zero, the
 # released code's std score), with rho 0.9 (filter) vs 1.0 (no filter).
 RAGEN_MAIN = {

@@ -1,7 +1,7 @@
 """Teacher and UECR-GRPO knobs of ``WinnowConfig`` (a mixin dataclass, so config.py stays one screen per topic).
 
-Every constant of the reconstructed ECR formulas is a field (shared/reference/teacher-methods-and-baselines.md
-§1.5: the paper's equations were lost; the form and its constants must stay configurable).
+Every constant of the reconstructed ECR formulas is a field (the paper's displayed equations were lost, so the
+form and its constants must stay configurable; see trainer/algorithms/uecr.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``WinnowGRPOTrainer``: a thin adapter between TRL's ``GRPOTrainer`` and the stage pipeline.
 
-Data flow of one generation batch (see DESIGN.md): TRL generates and scores; this class gathers the
+Data flow of one generation batch (README, "How a step flows"): TRL generates and scores; this class gathers the
 batch from every process into a :class:`RolloutBatch`, runs filter -> dropout -> advantage on it (every
 rank computes the same decision), and hands TRL's loss its share: the kept rollouts re-dealt over ranks
 (trainer/compaction.py) or, with ``compact_batch=False``, its own rows with dropped rollouts masked -- out of

@@ -4,8 +4,7 @@ Reinforcement Learning for Reasoning Language Models", arXiv 2505.22617, §4.2).
 Pure tensor functions, no TRL / accelerate imports. All inputs are per-token tensors (N, T) of *one*
 micro-step's rows gathered from every process (the caller gathers), with ``mask`` the loss mask (1 = a
 valid model token). Formulas follow the paper and the authors' released code (verl's
-``compute_policy_loss_clip_cov`` / ``compute_policy_loss_kl_cov``; shared/reference/
-teacher-methods-and-baselines.md §2.3-2.4 and grpodropout.md §9):
+``compute_policy_loss_clip_cov`` / ``compute_policy_loss_kl_cov`` in ``verl/trainer/ppo/core_algos.py``):
 
 - token covariance (paper §4.2, the centred product whose batch mean is the first-order entropy change of
   §3, Lemma 1): ``Cov_k = (A_k - mean A) * (log pi_k - mean log pi)`` with both means over the valid tokens

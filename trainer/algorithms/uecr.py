@@ -2,9 +2,9 @@
 
 Paper: "When and Where to Trust the Teacher: Unifying On-Policy Distillation and GRPO through
 Entropy-Calibrated Credit Assignment". Its displayed equations are lost, so the formulas follow
-``shared/reference/teacher-methods-and-baselines.md`` (cited as "ref §x"), which tags each one [paper],
-[derived] (forced by the text) or [reconstructed] (a design meeting every stated constraint; its form and
-constants stay configurable). No TRL / accelerate imports.
+the paper's text; each one is tagged [paper] (stated there, section cited), [derived] (forced by the text) or
+[reconstructed] (a design meeting every stated constraint; its form and constants stay configurable).
+No TRL / accelerate imports.
 
 Conventions shared by every function:
 
@@ -84,11 +84,11 @@ def _population_std(dev64: torch.Tensor) -> torch.Tensor:
     return dev64.pow(2).mean(dim=1, keepdim=True).sqrt()
 
 
-# ---------------------------------------------------------------------------- teacher signal (ref §1.1, §1.3)
+# ---------------------------------------------------------------------------- teacher signal
 
 
 def token_gap(teacher_logps: torch.Tensor, old_logps_t1: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Token gap delta_{i,t} = log pi_T(y_t | s_t) - log pi_old(y_t | s_t), both at raw T = 1 (ref §1.1 [derived]).
+    """Token gap delta_{i,t} = log pi_T(y_t | s_t) - log pi_old(y_t | s_t), both at raw T = 1 ([derived]).
 
     Args:
         teacher_logps, old_logps_t1: (N, T) realized-token log-probs of the frozen teacher and of the old
@@ -105,7 +105,7 @@ def token_gap(teacher_logps: torch.Tensor, old_logps_t1: torch.Tensor, mask: tor
 
 
 def teacher_score(delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Teacher score R^T_i = (1/L_i) sum_t m_{i,t} delta_{i,t}: the masked token *mean* (ref §1.3 [paper]).
+    """Teacher score R^T_i = (1/L_i) sum_t m_{i,t} delta_{i,t}: the masked token *mean* ([paper]).
 
     The theory's path log-ratio (Lemma 1) is the token sum; the paper uses the mean to control reward-length
     correlation (§B). An empty row (L_i = 0) scores 0, never NaN.
@@ -117,14 +117,14 @@ def teacher_score(delta: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return _masked_row_mean(delta.double(), mask.bool()).to(_out_dtype(delta))
 
 
-# ------------------------------------------------------------------------------------------- PUU (ref §1.3)
+# ------------------------------------------------------------------------------------------- PUU
 
 
 def puu(
     task_rewards: torch.Tensor, teacher_scores: torch.Tensor, alpha: float = 1.0, eps: float = 1e-6
 ) -> dict[str, torch.Tensor]:
     """Path-Utility Unification: the unified utility normalised within each group, and its decomposition
-    (ref §1.3 [paper F.4 for the normalisation; decomposition derived]).
+    ([paper F.4 for the normalisation; decomposition derived]).
 
     R^U_i = R^task_i + alpha R^T_i (combined *before* normalisation); mu_U, sigma_U = group mean and
     population std (ddof 0) of R^U; and, sharing U's denominator,
@@ -159,7 +159,7 @@ def puu(
 def separate_normalization(
     task_rewards: torch.Tensor, teacher_scores: torch.Tensor, alpha: float = 1.0, eps: float = 1e-6
 ) -> dict[str, torch.Tensor]:
-    """Table 3's "Separate norm." ablation (ref §1.3 [reconstructed]): each signal normalised by its own group
+    """Table 3's "Separate norm." ablation ([reconstructed]): each signal normalised by its own group
     population std, then summed.
 
         A^{task|U}_i = (R^task_i - mu_task) / (sigma_task + eps)
@@ -178,7 +178,7 @@ def separate_normalization(
     return {"A_U": A_U, "A_task_U": A_task_U, "A_T_U": A_T_U, "R_U": (R_task + alpha * R_T).to(out)}
 
 
-# ------------------------------------------------------------------------------------- ECR (ref §1.4-§1.5)
+# ------------------------------------------------------------------------------------- ECR
 
 
 def ecr_terms(
@@ -197,8 +197,8 @@ def ecr_terms(
     confidence: str = "exp",
     projection_norm: str = "one_plus_mean",
 ) -> dict[str, torch.Tensor]:
-    """Entropy-Calibrated Redistribution: every intermediate of the token weights w (ref §1.5 [reconstructed];
-    constraints C1-C10 of ref §1.4 [paper §4.2, Table 1, F.5]).
+    """Entropy-Calibrated Redistribution: every intermediate of the token weights w ([reconstructed];
+    constraints C1-C10 of [paper §4.2, Table 1, F.5]).
 
     - sign: s_i = sign(A^{task|U}_i), sign(0) = 0 -- a verifier-tied row gets q = 0, w = 1.
     - direction: d = s tanh(delta / tau_delta) (``direction="clip"``: s clip(delta / tau_delta, -1, 1)).
@@ -282,7 +282,7 @@ def ecr_terms(
 def ecr_weights(
     delta: torch.Tensor, teacher_entropy: torch.Tensor, mask: torch.Tensor, A_task_U: torch.Tensor, **options: Any
 ) -> torch.Tensor:
-    """ECR token weights w (N, T) = ``ecr_terms(...)["w"]`` (ref §1.5 [reconstructed]); 1 at padding. ``options``
+    """ECR token weights w (N, T) = ``ecr_terms(...)["w"]`` ([reconstructed]); 1 at padding. ``options``
     are :func:`ecr_terms`' keyword arguments."""
     return ecr_terms(delta, teacher_entropy, mask, A_task_U, **options)["w"]
 
@@ -295,7 +295,7 @@ def uecr_advantages(
     alpha: float = 1.0,
     weight_full: bool = False,
 ) -> torch.Tensor:
-    """UECR-GRPO actor advantage (ref §1.5, the paper's §4.2.3 structure):
+    """UECR-GRPO actor advantage (the paper's §4.2.3 structure):
     A_hat_{i,t} = w_{i,t} A^{task|U}_i + alpha A^{T|U}_i -- ECR redistributes only the verifier-derived part;
     the teacher sequence component is not modulated (so A_hat may differ in sign from the task part, C8).
 
@@ -317,11 +317,11 @@ def uecr_advantages(
     return torch.where(mask.bool(), A, 0.0).to(_out_dtype(A_task_U, A_T_U, w))
 
 
-# ------------------------------------------------------------------------------- baselines (ref §2.6-§2.9)
+# ------------------------------------------------------------------------------- baselines
 
 
 def pg_opd_advantages(delta: torch.Tensor, mask: torch.Tensor, coef: float = 1.0) -> torch.Tensor:
-    """Vanilla PG-OPD (ref §2.6 [source: tinker-cookbook]): per-token advantage coef * delta_{i,t}, the
+    """Vanilla PG-OPD ([source: tinker-cookbook]): per-token advantage coef * delta_{i,t}, the
     negative single-sample reverse KL at sampling time; no discount, no group normalisation.
 
     Returns:
@@ -334,7 +334,7 @@ def pg_opd_advantages(delta: torch.Tensor, mask: torch.Tensor, coef: float = 1.0
 def distilled_rl_advantages(
     A: torch.Tensor, delta: torch.Tensor, mask: torch.Tensor, kappa: float = 2.0
 ) -> torch.Tensor:
-    """Distilled RL (Wang et al. 2026; ref §2.8 [reconstructed]): positive GRPO advantages reweighted by a
+    """Distilled RL (Wang et al. 2026; [reconstructed]): positive GRPO advantages reweighted by a
     clipped, geometrically normalised teacher-to-old token ratio.
 
         rho~_{i,t} = clip(exp(delta_{i,t}), 1/kappa, kappa)        (computed as exp(clip(delta, -log k, log k)))
@@ -360,7 +360,7 @@ def distilled_rl_advantages(
 
 
 def atod_lambda(step: int, total_steps: int, lambda_start: float = 1.0, lambda_end: float = 0.1) -> float:
-    """ATOD's OPD coefficient, cosine-annealed (ref §2.9 [reconstructed]):
+    """ATOD's OPD coefficient, cosine-annealed ([reconstructed]):
 
         lambda_OPD(k) = lambda_end + (lambda_start - lambda_end) * (1 + cos(pi * min(k / K, 1))) / 2
 
@@ -402,7 +402,7 @@ def atod_advantages(
     lambda_rl: float = 1.0,
     eps: float = 1e-6,
 ) -> dict[str, torch.Tensor]:
-    """ATOD, single-response ("aligned") adaptation (Tan et al. 2026; ref §2.9 [reconstructed]): an OPD token
+    """ATOD, single-response ("aligned") adaptation (Tan et al. 2026; [reconstructed]): an OPD token
     advantage added to the already normalised GRPO advantage, with T-DUR response weights.
 
         a_{i,t} = delta_{i,t};  D_i = (1/L_i) sum_t m |delta|;  U_i = (1/L_i) sum_t m (-log pi_old(y_t | s_t))
@@ -435,11 +435,11 @@ def atod_advantages(
     return {"advantages": torch.where(valid, adv, 0.0).to(out), "omega": omega.to(out)}
 
 
-# ----------------------------------------------------------------------------- audits (ref §1.3, F.3, F.4)
+# ----------------------------------------------------------------------------- audits
 
 
 def alpha_safety(task_rewards: torch.Tensor, teacher_scores: torch.Tensor) -> float:
-    """Offline alpha-safety threshold of one group (ref §1.3 [derived from F.4]).
+    """Offline alpha-safety threshold of one group ([derived from F.4]).
 
     Correct iff the task reward equals the group maximum and the group is mixed (max > min); every other
     response is incorrect. A pair (i correct, j incorrect) swaps order in R^U = R^task + alpha R^T iff
@@ -475,7 +475,7 @@ def audit_metrics(
     std_threshold: float = 0.1,
     range_threshold: float = 0.05,
 ) -> dict[str, float]:
-    """PUU group-signal audit of one batch (ref §1.3 "Audit statistics" [paper F.3]), python floats:
+    """PUU group-signal audit of one batch ("Audit statistics" [paper F.3]), python floats:
 
     - ``degenerate_frac``: groups whose task rewards are all equal (verifier-degenerate), over all groups;
     - ``unified_variation_frac``: groups with Std(R^U) > std_threshold (0.1 [paper]; population std), over all

@@ -1,5 +1,5 @@
-"""The teacher-assisted baselines UECR-GRPO compares against (shared/reference/teacher-methods-and-baselines.md
-§2.6-2.9), on the same T = 1 gap delta, masks and token-mean loss as UECR:
+"""The teacher-assisted baselines UECR-GRPO compares against (its Table 2: PG-OPD, the naive hybrid, Distilled RL,
+ATOD), on the same T = 1 gap delta, masks and token-mean loss as UECR:
 
 - ``advantage: pg_opd``   -- vanilla on-policy distillation: per-token advantage ``opd_coef * delta``;
 - ``loss_variant: naive_hybrid`` -- GRPO's and PG-OPD's clipped surrogates computed separately and summed
