@@ -35,6 +35,7 @@ import json
 import re
 from collections import Counter
 from fractions import Fraction
+from typing import Any
 
 from .math import completion_text, strip_think
 from .registry import register_reward
@@ -170,6 +171,18 @@ def score_equation(
     return float(score) if value == target else float(format_score)
 
 
+def _completions_and_golds(reward: str, completions: Any, kwargs: dict[str, Any]) -> tuple[list, list]:
+    """The completions and their 'answer' column; a missing or misaligned column is a recipe error, not a model
+    error, so it fails loudly."""
+    completions = list(completions or [])
+    if "answer" not in kwargs:
+        raise KeyError(f"the {reward} reward needs the dataset column 'answer' (countdown JSON)")
+    golds = list(kwargs["answer"])
+    if len(golds) != len(completions):
+        raise ValueError(f"'answer' has {len(golds)} entries for {len(completions)} completions")
+    return completions, golds
+
+
 def make_countdown(score: float = 1.0, format_score: float = 0.1):
     """A ``countdown`` reward paying ``score`` for a correct equation and ``format_score`` for one that
     uses exactly the given numbers but misses the target (RAGEN: 1.0 and 0.1)."""
@@ -179,12 +192,7 @@ def make_countdown(score: float = 1.0, format_score: float = 0.1):
         """``score`` if the last ``<answer>`` equation (after ``</think>``) uses each given number exactly
         once and equals the target exactly; ``format_score`` if it uses the numbers but misses; else 0.0
         (no answer, unsafe or invalid expression, wrong numbers, division by zero, garbage)."""
-        completions = list(completions or [])
-        if "answer" not in kwargs:  # a recipe error, not a model error: fail loudly
-            raise KeyError("the countdown reward needs the dataset column 'answer' (countdown JSON)")
-        golds = list(kwargs["answer"])
-        if len(golds) != len(completions):
-            raise ValueError(f"'answer' has {len(golds)} entries for {len(completions)} completions")
+        completions, golds = _completions_and_golds("countdown", completions, kwargs)
         out = []
         for completion, gold in zip(completions, golds):
             target, numbers = parse_gold(gold)
@@ -211,12 +219,7 @@ def make_ragen_countdown(score: float = 1.0, format_score: float = 0.1, format_p
 
     def ragen_countdown(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
         """``format_penalty`` for a reply without an action, else the action's Countdown score."""
-        completions = list(completions or [])
-        if "answer" not in kwargs:
-            raise KeyError("the ragen_countdown reward needs the dataset column 'answer' (countdown JSON)")
-        golds = list(kwargs["answer"])
-        if len(golds) != len(completions):
-            raise ValueError(f"'answer' has {len(golds)} entries for {len(completions)} completions")
+        completions, golds = _completions_and_golds("ragen_countdown", completions, kwargs)
         out = []
         for completion, gold in zip(completions, golds):
             target, numbers = parse_gold(gold)
