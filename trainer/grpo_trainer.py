@@ -148,7 +148,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         trained_batch_metrics.table_advantages(self._logs, decision.advantages, batch.mask)
         self._apply_decision(output, decision)
         if self._generation is not None:
-            empty = not bool((decision.keep & (batch.mask.sum(dim=1) > 0)).any())
+            empty = not bool((decision.keep & batch.trainable).any())
             self._generation = (empty, self._generation[1])
         for name, value in decision.metrics.items():
             self._metrics["train"][name].append(value)
