@@ -82,8 +82,11 @@ class ForwardCounter(TrainerCallback):
 def test_nothing_kept_runs_no_forward_and_no_backward(tiny_model, tmp_path):
     """Step 2's rewards are flat: the SNR filter keeps nothing, so step 2 does no forward pass (hence no
     backward) and no optimizer update; steps 1 and 3 train normally. Two micro-steps per optimizer step."""
+    # (the entropy-before-selection metric would add its own no-grad forward at generation time: off here, so
+    # every forward counted is a training one)
     tr = build(tmp_path, tiny_model, True, reward_funcs=[reward_parity_flat_at(2)], rollout_filter="snr",
-               per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=3)
+               per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=3,
+               log_entropy_before_selection=False)
     counter = ForwardCounter(tr.model)
     tr.add_callback(counter)
     tr.train()
