@@ -27,7 +27,8 @@ def _variants() -> list[dict]:
     out += [dict(rollout_filter="snr", snr_strategy=s, snr_value=0.5, snr_loss_scaling="sqrt") for s in STRATEGIES]
     out += [dict(rollout_filter="snr", snr_top_p_mode="softmax", snr_include_zero=True)]
     out += [dict(rollout_dropout="grpodropout", dropout_selector=s, dropout_recenter=r, dropout_delete=d)
-            for s in ("paper", "balanced_push") for r in ("prob_weighted", "mean") for d in ("positive", "both")]
+            for s in ("paper", "balanced_push") for r in ("prob_weighted", "mean") for d in ("positive", "both")
+            if s == "paper" or d == "positive"]  # balanced_push keeps by its own rule: dropout_delete is refused there
     out += [dict(rollout_dropout="grpodropout", dropout_surprisal_basis="sum")]
     out += [dict(advantage="grpo", scale_rewards=s) for s in ("group", "batch", "none")]
     out += [dict(advantage="grpo", multi_objective_aggregation="normalize_then_sum")]
