@@ -180,6 +180,8 @@ def _records(config, system, item: EvalItem, q: Question, samples, model, tokeni
         record = {"system": system.name, "benchmark": item.benchmark, "id": item.id, "sample": i,
                   "correct": float(score), "answer": extract_final_answer(item, c.text), "length": len(c.token_ids),
                   "truncated": bool(c.truncated), "completion": c.text}
+        if c.token_ids:  # the alpha audit scores these ids (a server backend returns text: its ids are re-encoded)
+            record["completion_ids"] = list(c.token_ids)
         if config.entropy and model is not None:
             if prompt_ids is None:
                 prompt_ids = chat_prompt_ids(tokenizer, q.messages, config.chat_template_kwargs)
