@@ -38,7 +38,7 @@ def scored_eval(tmp_path_factory, tiny_model):
     its task labels replaced by hand (a random model solves nothing) so the sweep has mixed groups."""
     out = tmp_path_factory.mktemp("alpha") / "eval"
     cfg = EvalConfig.from_dict({"output_dir": str(out), "systems": [{"name": "step-0", "model": "offline:tiny-qwen3"}],
-                                "benchmarks": {"arithmetic": {"k": 3, "num_samples": 2}}, "entropy": False,
+                                "benchmarks": {"arithmetic": {"k": 3, "num_samples": 2}}, "entropy": False, "token_ids": True,
                                 "decoding": {"max_tokens": 10, "temperature": 0.6, "top_p": 1.0, "top_k": 0, "seed": 0}})
     evaluate_system(cfg, cfg.systems[0], {"arithmetic": load_benchmark("arithmetic", num_samples=2, seed=0)})
     results = out / "step-0" / "results.jsonl"

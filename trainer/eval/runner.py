@@ -89,6 +89,9 @@ class EvalConfig:
     dispersion_systems: list[str] | None = None  # systems that define the W split (default: all; leave controls out)
     question_batch: int = 64  # questions per vLLM engine call (it batches them); other backends go one by one
     prompt: str = "default"  # prompt preset (trainer/eval/prompts.py): "default" or a paper's, e.g. "grpodropout"
+    # record each response's generated token ids (``completion_ids``): the alpha audit's teacher scoring
+    # (launch/score_teacher.py) scores them exactly; off by default (8k-token responses make results files large)
+    token_ids: bool = False
 
     def __post_init__(self) -> None:
         if self.prompt not in PROMPT_PRESETS:
@@ -180,7 +183,7 @@ def _records(config, system, item: EvalItem, q: Question, samples, model, tokeni
         record = {"system": system.name, "benchmark": item.benchmark, "id": item.id, "sample": i,
                   "correct": float(score), "answer": extract_final_answer(item, c.text), "length": len(c.token_ids),
                   "truncated": bool(c.truncated), "completion": c.text}
-        if c.token_ids:  # the alpha audit scores these ids (a server backend returns text: its ids are re-encoded)
+        if config.token_ids and c.token_ids:  # a server backend returns text: its ids are the text re-encoded
             record["completion_ids"] = list(c.token_ids)
         if config.entropy and model is not None:
             if prompt_ids is None:
@@ -224,7 +227,8 @@ def _config_record(config: EvalConfig, system: SystemSpec) -> dict[str, Any]:
             "chat_template_kwargs": config.chat_template_kwargs,
             "benchmarks": [asdict(b) for b in config.benchmarks],
             # only when not the default, so result folders written before presets existed still resume
-            **({"prompt": config.prompt} if config.prompt != "default" else {})}
+            **({"prompt": config.prompt} if config.prompt != "default" else {}),
+            **({"token_ids": True} if config.token_ids else {})}
 
 
 def _check_config(path: Path, config: EvalConfig, system: SystemSpec) -> None:

@@ -13,7 +13,8 @@ logit scale and softcap). Nothing here computes a log-prob itself.
 Input: an evaluation folder of launch/eval.py, ``<eval_dir>/<system>/{config.json, results.jsonl}``; one
 system = one checkpoint. The prompt is rebuilt exactly as the evaluation built it (same benchmark rows, prompt
 preset and chat-template arguments, read from ``config.json``); the response is the generated token ids the
-runner records (``completion_ids``), or, for a server backend that returns only text, the text re-encoded.
+runner records with ``token_ids: true`` (``completion_ids``), else its text re-encoded (with a warning: a
+re-encoding can differ from the generated tokens).
 A response with no token takes the mean score of its question's scored responses (as training does for a
 rollout without loss tokens), so it moves neither the group's mean nor its range.
 
@@ -141,13 +142,17 @@ def score_system(folder: str | Path, teacher_path: str, *, teacher: Any = None, 
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in results:
         groups[(r["benchmark"], r["id"])].append(r)
-    scored = []
+    scored, warned = [], False
     for (bench, qid), recs in groups.items():
         if bench not in items:
             b = specs[bench]
             items[bench] = {it.id: it for it in load_benchmark(b.name, path=b.path, split=b.split, config=b.config,
                                                                num_samples=b.num_samples, seed=cfg.decoding.seed)}
         prompt_ids = chat_prompt_ids(tokenizer, _question(items[bench][qid], cfg).messages, cfg.chat_template_kwargs)
+        if any("completion_ids" not in r for r in recs) and not warned:
+            warned = True
+            logger.warning("%s: results without completion_ids (eval config token_ids: false): scoring the response "
+                           "text re-encoded, which can differ from the generated tokens", folder.name)
         completions = [(r["completion_ids"] if "completion_ids" in r
                         else tokenizer.encode(r["completion"], add_special_tokens=False))[:max_tokens] for r in recs]
         scores, counts = group_scores(teacher, checkpoint, prompt_ids, completions,
