@@ -1,11 +1,14 @@
 """UECR-GRPO App. F.4: the fixed-rollout alpha sweep with a bootstrap clustered by question.
 
-    python launch/alpha_sweep.py --results outputs/eval/amc23-scored/results.jsonl --out alpha_sweep.json
+    python launch/alpha_sweep.py --eval_dir outputs/eval/amc23-ckpts --teacher outputs/grpo/qwen3-4b   # score + sweep
+    python launch/alpha_sweep.py --results outputs/eval/amc23-ckpts/teacher_scored.jsonl            # already scored
 
-``--results``: JSON lines with one scored response each -- launch/eval.py's results.jsonl rows (``system`` =
-checkpoint, ``benchmark``/``id`` = question, ``correct`` = task reward) plus ``teacher_score`` (the response's
-length-normalised teacher-minus-checkpoint log-ratio). Prints the sweep and writes everything to ``--out``.
-Formulas: trainer/eval/alpha_sweep.py.
+``--eval_dir`` + ``--teacher``: run launch/score_teacher.py on a launch/eval.py output folder (one system per
+checkpoint) first. ``--results``: JSON lines with one scored response each -- launch/eval.py's results.jsonl
+rows (``system`` = checkpoint, ``benchmark``/``id`` = question, ``correct`` = task reward) plus
+``teacher_score`` (the response's length-normalised teacher-minus-checkpoint log-ratio,
+trainer/eval/teacher_scoring.py). Prints the sweep and writes everything to ``--out``. Formulas:
+trainer/eval/alpha_sweep.py.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # launch/score_teacher.py
 
 from trainer.eval.alpha_sweep import (  # noqa: E402
     DEFAULT_ALPHAS,
@@ -30,7 +34,10 @@ from trainer.eval.alpha_sweep import (  # noqa: E402
 def main(argv: list[str] | None = None) -> dict:
     """Run the sweep, print a table, write the JSON report; returns the report."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", required=True, help="JSON lines of scored responses (see above)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--results", help="JSON lines of scored responses (see above)")
+    src.add_argument("--eval_dir", help="a launch/eval.py output folder to teacher-score first (needs --teacher)")
+    p.add_argument("--teacher", default=None, help="with --eval_dir: the frozen teacher (see launch/score_teacher.py)")
     p.add_argument("--out", default=None, help="where to write the JSON report (default: next to --results)")
     p.add_argument("--alphas", type=float, nargs="*", default=None,
                    help="alpha grid (default: 0, 0.25, 0.5, 1, 2, 4 and 0..8 in steps of 0.1)")
@@ -41,6 +48,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--question_key", default="id")
     p.add_argument("--checkpoint_key", default="system")
     a = p.parse_args(argv)
+    if a.eval_dir:
+        if not a.teacher:
+            p.error("--eval_dir needs --teacher (the frozen teacher that scores the responses)")
+        from score_teacher import main as score_teacher
+
+        a.results = str(score_teacher(["--eval_dir", a.eval_dir, "--teacher", a.teacher]))
+    elif a.teacher:
+        p.error("--teacher goes with --eval_dir; --results files are already scored")
     groups = load_groups(a.results, reward_key=a.reward_key, score_key=a.score_key, question_key=a.question_key,
                          checkpoint_key=a.checkpoint_key)
     alphas = sorted(set(a.alphas)) if a.alphas else list(DEFAULT_ALPHAS)

@@ -63,6 +63,7 @@ GRPODROPOUT_GRPO_BASELINE = {
     "advantage_eps": 1e-6,
     "reward_funcs": ["math_accuracy"],  # the rule-based correctness reward alone (0/1, A:verl/examples/grpo_dropout/reward.py)
     "reward_weights": [1.0],
+    "overlong_penalty": None,  # no overlong shaping in the GRPO setup (reward = compute_score_gt_math's 0/1 alone)
     # none of the Table 1 baselines' mechanisms (each row below adds exactly its own):
     "loss_variant": "none",  # TRL's clipped surrogate (no Clip-Cov / KL-Cov)
     "dynamic_sampling": False,
@@ -121,6 +122,7 @@ TABLE1_METHODS = {
         # penalty_factor 1.0 added to compute_score_gt_math's 0/1 score (A:verl/examples/grpo_dropout/reward.py:
         # score = float(acc)) -- the same 0/1 scale as math_accuracy
         "overlong_penalty_factor": 1.0,
+        "overlong_penalty": (4096, 1.0),  # the shaping is live: (buffer, factor) with overlong_penalty in reward_funcs
         "beta": 0.0,  # no KL
         "entropy_coef": 0.0,  # no entropy bonus
     },
@@ -246,6 +248,11 @@ UECR_SETUP = {
     "max_completion_length": 16384,
     "enable_thinking": False,  # non-thinking mode in training and evaluation
     "dataset_name": "deepmath_103k",
+    # §5.1: DeepMath-103K (its public release), difficulty bounds per scale (UECR_SCALES); the paper states no row
+    # count for either scale (the 4B's "sampled subset" has no stated size), so no row guard is pinned
+    "dataset_path": "zwhe99/DeepMath-103K",
+    "dataset_config": None,
+    "dataset_expected_rows": None,
     # [proposed] the paper states only that the verifier reads the extracted \boxed{} answer (F.3): the loader's
     # step-by-step + \boxed{} instruction after the problem, no system prompt
     "prompt_template": "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}.",
@@ -253,6 +260,7 @@ UECR_SETUP = {
     "use_vllm": True,
     "reward_funcs": ["math_accuracy"],  # rule-based verifier on the extracted \boxed{} answer
     "reward_weights": [1.0],
+    "overlong_penalty": None,  # no length shaping: the verifier's 0/1 alone (F.3, F.6)
     # F.4: population std + 1e-6; the teacher baselines' group-relative part uses PUU's normalisation (reference §1.6)
     "advantage_std": "population",
     "advantage_eps": 1e-6,
@@ -389,6 +397,10 @@ def resolved(path: Path, *extra: str) -> dict:
         "reward_weights": list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(task.reward_funcs),
         "overlong_buffer_len": task.overlong_buffer_len,
         "overlong_penalty_factor": task.overlong_penalty_factor,
+        # the penalty that is applied: (buffer, factor) when the overlong_penalty reward is in use, else None (the
+        # two fields above have defaults that are inert without that reward)
+        "overlong_penalty": ((task.overlong_buffer_len, task.overlong_penalty_factor)
+                             if "overlong_penalty" in task.reward_funcs else None),
         "dataset_kwargs": task.dataset_kwargs,
         "dataset_path": data.get("path"),
         "dataset_config": data.get("config"),

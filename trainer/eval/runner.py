@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .benchmarks import EvalItem, load_benchmark, render_prompt
+from .benchmarks import EvalItem, load_benchmark
 from .generation import (
     Decoding,
     Generator,
@@ -35,6 +35,7 @@ from .generation import (
 )
 from .grading import extract_final_answer, grade
 from .metrics import dispersion_split, summarize
+from .prompts import PROMPT_PRESETS, prompt_messages
 from .report import markdown_table, plot_benchmarks
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,14 @@ class EvalConfig:
     dispersion_threshold: int = 8  # W split: questions every system answers correctly >= / < this many times
     dispersion_systems: list[str] | None = None  # systems that define the W split (default: all; leave controls out)
     question_batch: int = 64  # questions per vLLM engine call (it batches them); other backends go one by one
+    prompt: str = "default"  # prompt preset (trainer/eval/prompts.py): "default" or a paper's, e.g. "grpodropout"
+    # record each response's generated token ids (``completion_ids``): the alpha audit's teacher scoring
+    # (launch/score_teacher.py) scores them exactly; off by default (8k-token responses make results files large)
+    token_ids: bool = False
+
+    def __post_init__(self) -> None:
+        if self.prompt not in PROMPT_PRESETS:
+            raise ValueError(f"prompt: unknown preset {self.prompt!r}; use one of {sorted(PROMPT_PRESETS)}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EvalConfig":
@@ -174,6 +183,8 @@ def _records(config, system, item: EvalItem, q: Question, samples, model, tokeni
         record = {"system": system.name, "benchmark": item.benchmark, "id": item.id, "sample": i,
                   "correct": float(score), "answer": extract_final_answer(item, c.text), "length": len(c.token_ids),
                   "truncated": bool(c.truncated), "completion": c.text}
+        if config.token_ids and c.token_ids:  # a server backend returns text: its ids are the text re-encoded
+            record["completion_ids"] = list(c.token_ids)
         if config.entropy and model is not None:
             if prompt_ids is None:
                 prompt_ids = chat_prompt_ids(tokenizer, q.messages, config.chat_template_kwargs)
@@ -183,7 +194,7 @@ def _records(config, system, item: EvalItem, q: Question, samples, model, tokeni
 
 
 def _question(item: EvalItem, config: EvalConfig) -> Question:
-    return Question(item.benchmark, item.id, render_prompt(item), item.gold, item.kind)
+    return Question(item.benchmark, item.id, prompt_messages(item, config.prompt), item.gold, item.kind)
 
 
 def _build_generator(config: EvalConfig, system: SystemSpec, items: dict[str, list[EvalItem]]) -> tuple[Generator, Any, Any]:
@@ -214,7 +225,10 @@ def _config_record(config: EvalConfig, system: SystemSpec) -> dict[str, Any]:
     """What ``<system>/config.json`` records: everything that changes a system's results."""
     return {"system": asdict(system), "decoding": asdict(config.decoding), "entropy": config.entropy,
             "chat_template_kwargs": config.chat_template_kwargs,
-            "benchmarks": [asdict(b) for b in config.benchmarks]}
+            "benchmarks": [asdict(b) for b in config.benchmarks],
+            # only when not the default, so result folders written before presets existed still resume
+            **({"prompt": config.prompt} if config.prompt != "default" else {}),
+            **({"token_ids": True} if config.token_ids else {})}
 
 
 def _check_config(path: Path, config: EvalConfig, system: SystemSpec) -> None:
