@@ -3,13 +3,13 @@
 Every ``collapse_every`` steps (and at step 1) the trainer hands the *unfiltered* global batch to
 :class:`CollapseDetector`. It extracts (X, Z) pairs -- X = the context up to and including the opening think
 tag, Z = the exact sampled reasoning tokens up to the closing tag -- samples up to ``collapse_num_samples``
-traces (seeded, identical on every rank), scores each Z under every distinct X of the batch with the current
+traces (seeded, identical on every rank), scores each Z under every distinct X among the sampled traces with the current
 policy (teacher-forced, no grad, at the sampling temperature, through TRL's own log-prob helper so PEFT,
 ZeRO-3 and the fused LM head behave as in the loss), and logs the MI family of :func:`mi_metrics` on the
 per-token mean (``collapse/*``) and summed (``collapse/*_seq``) log-prob matrices.
 
 Cost of one check = (#distinct contexts) x (#sampled traces) teacher-forced sequences, bounded by
-``collapse_max_tokens`` real tokens; the pairs are split evenly over processes (every rank runs the same
+``collapse_max_tokens`` real tokens per sample; the pairs are split evenly over processes (every rank runs the same
 number of forward passes, which ZeRO-3 needs) and scored ``collapse_micro_batch_size`` at a time.
 
 Differences from the released code, on purpose: Z is the sampled token ids, not re-tokenised text (ragen.md
