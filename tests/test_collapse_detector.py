@@ -92,11 +92,13 @@ def test_cross_scores_match_a_direct_forward_and_metrics_are_logged(tiny_model, 
     one_step_loss_and_grads(tr)
     m = {k: v[-1] for k, v in tr._metrics["train"].items() if k.startswith("collapse/")}
     assert m["collapse/z_is_whole_completion"] == 1.0  # random token ids: no think span
-    assert m["collapse/num_prompts"] == 8 and m["collapse/num_samples"] == 6
+    # 6 traces sampled from 8 prompts x 4: the columns are the sampled traces' prompts (RAGEN: the sample's groups)
+    assert 2 <= m["collapse/num_prompts"] <= 6 and m["collapse/num_samples"] == 6
     assert 0.0 <= m["collapse/retrieval_accuracy"] <= 1.0
     assert m["collapse/mi_estimate"] <= math.log(8) + 1e-9
     assert m["collapse/reasoning_entropy"] == pytest.approx(m["collapse/mi_estimate"] + m["collapse/conditional_entropy"])
-    for key in ("mi_estimate_seq", "mi_zscore", "mi_zscore_ema", "retrieval_at_2", "retrieval_at_4", "tokens_scored"):
+    top_k = [f"retrieval_at_{k}" for k in (2, 4) if k < m["collapse/num_prompts"]]  # k >= P is always a hit
+    for key in ("mi_estimate_seq", "mi_zscore", "mi_zscore_ema", "tokens_scored", *top_k):
         assert f"collapse/{key}" in m
 
     # the padded, length-sorted, chunked scoring equals unpadded forwards, pair by pair

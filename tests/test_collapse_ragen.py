@@ -100,7 +100,7 @@ def test_mi_zscore_ema_is_upstreams():
     for L in matrices:
         metrics = mi_metrics(L, cols)
         metrics.update({f"{k}_seq": v for k, v in mi_metrics(L * 5, cols).items()})
-        ours.append(detector._ema_metrics(metrics)["mi_zscore_ema"])
+        ours.append(detector._ema_metrics(metrics, "first")["mi_zscore_ema"])
     assert ours == pytest.approx(upstream_ema_zscores(matrices, cols), rel=1e-9)
 
 
@@ -113,7 +113,7 @@ def test_a_model_that_never_thinks_keeps_the_whole_completion_mode(bpe):
 
 def _detector(num_samples=64, max_tokens=10**9):
     d = CollapseDetector.__new__(CollapseDetector)
-    d.num_samples, d.max_tokens, d.seed, d._ema = num_samples, max_tokens, 0, {}
+    d.num_samples, d.max_tokens, d.seed, d._ema, d._warned_budget = num_samples, max_tokens, 0, {}, False
     return d
 
 
@@ -124,8 +124,8 @@ def test_multi_turn_sample_is_trajectory_uniform_with_replacement():
 
     traces = [Trace((0, 1), (5,), 0)] + [Trace((1, k), (6,), 1) for k in range(9)]
     d = _detector()
-    draws = [t.episode for step in range(40) for t in d._trajectory_uniform(traces, step)]
-    assert len(draws) == 40 * 64
+    draws = [t.episode for step in range(40) for t in d._trajectory_uniform(traces, 2, step)]
+    assert len(draws) == 40 * 10  # min(num_samples, #valid turns) draws (collapse_metrics.py:815-819)
     share = draws.count(0) / len(draws)
     assert abs(share - 0.5) < 4 * math.sqrt(0.25 / len(draws))
 
@@ -136,6 +136,7 @@ def test_multi_turn_budget_keeps_traces_and_columns_together():
     from trainer.collapse import Trace
 
     traces = [Trace(tuple(range(m, m + 1500)), tuple(range(100)), m) for m in range(128)]
-    assert len(_detector()._trajectory_uniform(traces, 1)) == 64
-    kept = _detector(max_tokens=262_144)._trajectory_uniform(traces, 1)
+    draws = _detector()._trajectory_uniform(traces, 128, 1)
+    assert len(draws) == 64 and len(_detector()._within_budget(draws)) == 64
+    kept = _detector(max_tokens=262_144)._within_budget(draws)
     assert len(kept) == 12 and 12 * 12 * 1600 <= 262_144 < 13 * 13 * 1600

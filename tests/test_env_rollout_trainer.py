@@ -47,10 +47,13 @@ def test_sokoban_recipe_trains_through_the_multi_turn_rollout(tmp_path):
     logs = trainer.state.log_history[0]
     assert logs["env/turns"] == pytest.approx(sum(out["num_turns"]) / 4)
     assert any(k.startswith("snr/") for k in logs)
-    # multi-turn collapse check: every turn of every episode is a trace; 4 draws (episode, then turn; with
-    # replacement, as RAGEN) scored under the drawn traces' contexts
-    assert logs["collapse/traces_total"] == sum(out["num_turns"])
-    assert logs["collapse/num_samples"] == 4 and 1 <= logs["collapse/num_prompts"] <= min(4, sum(out["num_turns"]))
+    # one check computes both of RAGEN's samples: the first turn of each episode (collapse/*) and, under
+    # collapse/trajectory/*, every turn of every episode as a trace, 4 draws (episode, then turn; with replacement)
+    # each scored under every drawn context
+    assert logs["collapse/traces_total"] == 4 and "collapse/mi_zscore_ema" in logs
+    assert logs["collapse/trajectory/traces_total"] == sum(out["num_turns"])
+    assert logs["collapse/trajectory/num_samples"] == logs["collapse/trajectory/num_prompts"] == 4
+    assert "collapse/trajectory/mi_zscore_ema" in logs and "collapse/trajectory/retrieval_accuracy" in logs
     first = out["prompt_ids"][0]
     prompt_text = trainer.processing_class.decode(first)
     assert "Sokoban" in prompt_text and "Board size: 6 rows x 6 cols" in prompt_text

@@ -177,6 +177,7 @@ RAGEN_MAIN = {
     "collapse_detection": True,
     "collapse_num_samples": 64,
     "collapse_every": 5 * 4,  # every 5 iterations
+    "collapse_turns": "all",  # base.yaml:151-152: first_turn_enabled and multi_turn_enabled, both in every check
 }
 RAGEN_ALGOS = {  # reference §1.7: GRPO = std-normalised, seq-mean-token-mean; DAPO = token-mean + clip-higher;
     "grpo": {"loss_type": "grpo", "scale_rewards": "group"},  # Dr.GRPO = no std, seq-mean-token-sum
@@ -417,7 +418,7 @@ def resolved(path: Path, *extra: str) -> dict:
                                           "dynamic_sampling", "dynamic_sampling_metric", "max_num_gen_batches")},
         **{k: getattr(args, k) for k in ("rollout_filter", "snr_metric", "snr_strategy", "snr_top_p_mode",
                                           "snr_include_zero", "snr_value", "collapse_detection",
-                                          "collapse_num_samples", "collapse_every", "think_prefill",
+                                          "collapse_num_samples", "collapse_every", "collapse_turns", "think_prefill",
                                           "entropy_aggregation", "reward_variance_stop_steps",
                                           "reward_variance_stop_ratio", "val_before_train")},
     }
@@ -531,6 +532,17 @@ def test_ragen_recipe_updates_and_empty_stop_follow_upstream(rel):
     assert args.filtered_updates == "proportional"
     assert args.snr_empty_stop_steps == 5
     assert resolved(ROOT / rel)["rollouts_per_optimizer_step"] == 32
+
+
+@pytest.mark.parametrize("rel", sorted(RAGEN_RECIPES))
+def test_ragen_recipe_collapse_budget_scores_the_whole_trajectory_sample(rel):
+    """RAGEN scores all 64 trajectory-uniform draws under all 64 drawn contexts (collapse_metrics.py:168-180, no
+    token cap): the budget must hold 64 x 64 pairs of the longest sequence the recipe can produce (the server's
+    context, or the prompt cap + the completion), so the sample is never cut."""
+    task, args, _ = parse_here(ROOT / rel)
+    longest = args.vllm_max_model_length or task.max_prompt_tokens + args.max_completion_length
+    assert args.collapse_max_tokens >= args.collapse_num_samples ** 2 * longest, (
+        f"{rel}: collapse_max_tokens {args.collapse_max_tokens} < 64 x 64 x {longest}")
 
 
 def test_grpodropout_recipes_render_the_authors_training_prompt(tmp_path):

@@ -3,13 +3,13 @@
 Every ``collapse_every`` steps (and at step 1) the trainer hands the *unfiltered* global batch to
 :class:`CollapseDetector`. It extracts (X, Z) pairs -- X = the context up to and including the opening think
 tag, Z = the exact sampled reasoning tokens up to the closing tag -- samples up to ``collapse_num_samples``
-traces (seeded, identical on every rank), scores each Z under every distinct X of the batch with the current
+traces (seeded, identical on every rank), scores each Z under every distinct X among the sampled traces with the current
 policy (teacher-forced, no grad, at the sampling temperature, through TRL's own log-prob helper so PEFT,
 ZeRO-3 and the fused LM head behave as in the loss), and logs the MI family of :func:`mi_metrics` on the
 per-token mean (``collapse/*``) and summed (``collapse/*_seq``) log-prob matrices.
 
 Cost of one check = (#distinct contexts) x (#sampled traces) teacher-forced sequences, bounded by
-``collapse_max_tokens`` real tokens; the pairs are split evenly over processes (every rank runs the same
+``collapse_max_tokens`` real tokens per sample; the pairs are split evenly over processes (every rank runs the same
 number of forward passes, which ZeRO-3 needs) and scored ``collapse_micro_batch_size`` at a time.
 
 Differences from the released code, on purpose: Z is the sampled token ids, not re-tokenised text (ragen.md
@@ -19,14 +19,18 @@ reference, whatever the model emitted before its opening tag. When a batch has n
 whole completion -- and ``collapse/z_is_whole_completion`` = 1 says so.
 
 Multi-turn episodes (trainer/rollout.py; the model's turns are the runs of ``tool_mask`` = 1): with
-``collapse_turns: first`` only each episode's first turn is a trace (X = the level's prompt). With ``all``
-every turn is a trace whose context is everything before it (system, observations, earlier turns, the
-environment's replies); such contexts are unique to their episode, so -- as RAGEN's multi-turn mode does --
-``collapse_num_samples`` traces are drawn first and each is scored under the contexts of the drawn ones.
+``collapse_turns: first`` each episode's first turn is a trace (X = the level's prompt) and the metrics are
+``collapse/*``. With ``all`` every check computes both samples RAGEN computes (mll-lab-nu/RAGEN@20daedc
+ragen/trainer/collapse_metrics.py:142-219; both on in config/base.yaml:151-153): the first-turn metrics as above
+and, under ``collapse/trajectory/*``, the trajectory-uniform sample -- every model turn is a trace whose context is
+everything before it (system, observations, earlier turns, the environment's replies), ``collapse_num_samples``
+(episode, turn) pairs are drawn with replacement and each draw is its own column. Each sample has its own EMA
+of the marginal std, as upstream keys it by sample (collapse_metrics.py:315-317).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -34,13 +38,16 @@ from typing import Any
 
 import torch
 
-from .algorithms.collapse_metrics import mi_metrics
+from .algorithms.collapse_metrics import mi_metrics, signature_retrieval
 from .rollout_batch import gather_padded
 
-__all__ = ["CollapseDetector", "Trace", "first_turn_traces", "mi_metrics"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["BatchTraces", "CollapseDetector", "Trace", "first_turn_traces", "mi_metrics"]
 
 ZSCORE_EPS = 1e-3  # RAGEN's std_eps (collapse_metrics.py:41), mi_metrics' default
 _SEQ_KEYS = ("mi_estimate", "conditional_entropy", "reasoning_entropy", "marginal_std", "mi_zscore")
+TRAJECTORY = "trajectory/"  # metric prefix of the multi-turn sample (upstream: collapse_trajectory_sample/)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,18 @@ class Trace:
     context: tuple[int, ...]
     reasoning: tuple[int, ...]
     episode: int = -1  # the rollout row the trace came from (multi-turn sampling is uniform over episodes)
+
+
+@dataclass(frozen=True)
+class BatchTraces:
+    """What one check needs from the gathered batch: first-turn traces and contexts, and with
+    ``collapse_turns: all`` every turn's trace plus the number of episodes M (draws pick an episode in [0, M))."""
+
+    traces: list[Trace | None]
+    contexts: list[tuple[int, ...]]
+    whole_completion: bool
+    turns: list[Trace | None] | None = None
+    episodes: int = 0
 
 
 def first_turn_traces(
@@ -129,6 +148,7 @@ class CollapseDetector:
         self.think_close = _single_token_id(tokenizer, "</think>")
         self._next_due: int | None = None
         self._ema: dict[str, float] = {}
+        self._warned_budget = False
 
     def state_dict(self) -> dict[str, Any]:
         """Schedule position and EMA values, for checkpoints."""
@@ -137,7 +157,8 @@ class CollapseDetector:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` on resume."""
         self._next_due = state["next_due"]
-        self._ema = {k: float(v) for k, v in state["ema"].items()}
+        # checkpoints from before the trajectory sample hold the first-turn EMA without its sample prefix
+        self._ema = {(k if "/" in k else f"first/{k}"): float(v) for k, v in state["ema"].items()}
 
     def due(self, step: int) -> bool:
         """Whether a generation for optimizer step ``step`` (1-based) is checked: step 1, then the first
@@ -149,10 +170,9 @@ class CollapseDetector:
         self._next_due = (step // self.every + 1) * self.every
         return True
 
-    def batch_traces(
-        self, trainer: Any, output: dict[str, Any]
-    ) -> tuple[list[Trace | None], list[tuple[int, ...]], bool]:
-        """Gather TRL's batch from every process and extract each rollout's first-turn trace (collective)."""
+    def batch_traces(self, trainer: Any, output: dict[str, Any]) -> BatchTraces:
+        """Gather TRL's batch from every process and extract each rollout's first-turn trace and, with
+        ``collapse_turns: all``, every turn's trace (collective)."""
         acc = trainer.accelerator
 
         def gather(t: torch.Tensor, pad: int, pad_first: bool = False) -> list[list[int]]:
@@ -166,45 +186,52 @@ class CollapseDetector:
         completion_ids = gather(output["completion_ids"], self.pad_id)
         completion_mask = gather(model_tokens.long(), 0)
         prompts = [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(prompt_ids, prompt_mask)]
-        if self.all_turns:  # one (context, turn) pair per model turn; the context ends where the turn starts
-            pairs = [(row, pair) for row, (p, ids, mask) in enumerate(zip(prompts, completion_ids, completion_mask))
-                     for pair in _turns(p, ids, mask)]
-            episodes = [row for row, _ in pairs]
-            prompts, completions = [p for _, (p, _) in pairs], [c for _, (_, c) in pairs]
-            traces, contexts, whole = first_turn_traces(prompts, completions, self.think_open, self.think_close,
-                                                        self.tokenizer)
-            traces = [None if t is None else Trace(t.context, t.reasoning, row) for t, row in zip(traces, episodes)]
-            return traces, contexts, whole
         completions = [_first_run(ids, mask) for ids, mask in zip(completion_ids, completion_mask)]
-        return first_turn_traces(prompts, completions, self.think_open, self.think_close, self.tokenizer)
+        traces, contexts, whole = first_turn_traces(prompts, completions, self.think_open, self.think_close,
+                                                    self.tokenizer)
+        if not self.all_turns:
+            return BatchTraces(traces, contexts, whole)
+        # one (context, turn) pair per model turn; the context ends where the turn starts
+        pairs = [(row, pair) for row, (p, ids, mask) in enumerate(zip(prompts, completion_ids, completion_mask))
+                 for pair in _turns(p, ids, mask)]
+        turn_traces, _, _ = first_turn_traces([p for _, (p, _) in pairs], [c for _, (_, c) in pairs],
+                                              self.think_open, self.think_close, self.tokenizer)
+        turns = [None if t is None else Trace(t.context, t.reasoning, row) for t, (row, _) in zip(turn_traces, pairs)]
+        return BatchTraces(traces, contexts, whole, turns, len(prompts))
 
-    def check(
-        self,
-        trainer: Any,
-        traces: list[Trace | None],
-        contexts: list[tuple[int, ...]],
-        step: int,
-        whole_completion: bool,
-    ) -> dict[str, float]:
-        """Sample traces, cross-score them under every distinct context and compute the metrics.
+    def check(self, trainer: Any, batch: BatchTraces, step: int) -> dict[str, float]:
+        """The first-turn check (``collapse/*``) and, with ``collapse_turns: all``, the trajectory-uniform one
+        (``collapse/trajectory/*``) on the same batch, as RAGEN computes both in every check.
 
-        Collective: every rank calls it with the same (gathered) traces and contexts."""
+        Collective: every rank calls it with the same (gathered) batch."""
         started = time.perf_counter()
+        metrics = self._first_turn_check(trainer, batch, step)
+        if batch.turns is not None:
+            trajectory = self._trajectory_check(trainer, batch, step)
+            metrics.update({f"{TRAJECTORY}{k}": v for k, v in trajectory.items()})
+        metrics["seconds"] = time.perf_counter() - started
+        return metrics
+
+    def _first_turn_check(self, trainer: Any, batch: BatchTraces, step: int) -> dict[str, float]:
+        """Up to ``num_samples`` first-turn traces (without replacement, collapse_metrics.py:720-750) scored under
+        every distinct prompt among them."""
+        traces = batch.traces
         valid = [t for t in traces if t is not None]
-        if self.all_turns:  # contexts are per episode: draw the traces first, score them under each other's contexts
-            valid = self._trajectory_uniform(valid, step)
-            contexts = [t.context for t in valid]
         metrics = {
             "traces_total": float(len(traces)),
             "traces_valid": float(len(valid)),
             "valid_thinking_rate": len(valid) / max(len(traces), 1),
-            "z_is_whole_completion": float(whole_completion),
+            "z_is_whole_completion": float(batch.whole_completion),
         }
-        columns = list(dict.fromkeys(contexts))
-        metrics["num_prompts"] = float(len(columns))
+        columns = list(dict.fromkeys(batch.contexts))
         sampled = self._sample(valid, columns, step) if len(columns) >= 2 else []
-        if len(sampled) < 1:
-            return metrics  # MI needs >= 2 distinct prompts and a trace to score
+        # the columns are the prompts of the sampled traces' groups (upstream: np.unique of the sample's group
+        # ids, collapse_metrics.py:249-256), so a prompt none of whose traces was drawn is not a column
+        drawn = {t.context for t in sampled}
+        columns = [c for c in columns if c in drawn]
+        metrics["num_prompts"] = float(len(columns))
+        if len(columns) < 2:
+            return metrics  # MI needs >= 2 distinct prompts among the sampled traces
         column_of = {c: j for j, c in enumerate(columns)}
         pairs = [(n, j) for n in range(len(sampled)) for j in range(len(columns))]
         sums, counts = self._score(trainer, sampled, columns, pairs)
@@ -214,48 +241,101 @@ class CollapseDetector:
         metrics.update(mi_metrics(L_mean, true))
         seq = mi_metrics(L_sum, true)
         metrics.update({f"{k}_seq": seq[k] for k in _SEQ_KEYS})
-        metrics.update(self._ema_metrics(metrics))
+        metrics.update(self._ema_metrics(metrics, "first"))
         metrics["num_samples"] = float(len(sampled))
         metrics["tokens_scored"] = float(sum(len(columns[j]) + len(sampled[n].reasoning) for n, j in pairs))
-        metrics["seconds"] = time.perf_counter() - started
         return metrics
 
-    def _trajectory_uniform(self, valid: list[Trace], step: int) -> list[Trace]:
-        """RAGEN's multi-turn sample (collapse_metrics.py, ``collapse_trajectory_sample``): ``num_samples`` draws
-        with replacement, each an episode uniformly among those with a valid turn, then one of its valid turns
-        uniformly; each draw is its own column. The token budget admits the longest prefix of the draws whose
-        K x K cross-scoring (K x sum|X| + K x sum|Z| tokens) fits ``collapse_max_tokens``, so traces and columns
-        shrink together instead of 64 columns scoring a handful of traces."""
+    def _trajectory_check(self, trainer: Any, batch: BatchTraces, step: int) -> dict[str, float]:
+        """RAGEN's trajectory-uniform multi-turn sample: each draw is a column of its own, so the mixture in
+        the marginal weights a context by how often it was drawn, as upstream (trajectory group ids =
+        arange, collapse_metrics.py:168-180). A context drawn twice is scored once and its column repeated;
+        retrieval treats identical contexts as the same prompt (upstream's column signatures, :292-300)."""
+        turns = batch.turns or []
+        valid = [t for t in turns if t is not None]
+        metrics = {
+            "traces_total": float(len(turns)),
+            "traces_valid": float(len(valid)),
+            "valid_thinking_rate": len(valid) / max(len(turns), 1),
+        }
+        draws = self._trajectory_uniform(valid, batch.episodes, step)
+        metrics["num_drawn"] = float(len(draws))
+        sampled = self._within_budget(draws)
+        metrics["num_samples"] = float(len(sampled))
+        columns = list(dict.fromkeys(t.context for t in sampled))
+        metrics["num_prompts"] = float(len(sampled))
+        metrics["num_distinct_prompts"] = float(len(columns))
+        if len(sampled) < 2:
+            return metrics  # MI needs >= 2 columns
+        column_of = {c: j for j, c in enumerate(columns)}
+        pairs = [(n, j) for n in range(len(sampled)) for j in range(len(columns))]
+        sums, counts = self._score(trainer, sampled, columns, pairs)
+        distinct = torch.tensor([column_of[t.context] for t in sampled])  # each draw's column, as a context
+        L_sum = sums.view(len(sampled), len(columns))[:, distinct]  # (K, K): column d = draw d's context
+        L_mean = L_sum / counts.view(len(sampled), len(columns))[:, distinct]
+        own = torch.arange(len(sampled))
+        for suffix, L in (("", L_mean), ("_seq", L_sum)):
+            values = mi_metrics(L, own)
+            keys = _SEQ_KEYS if suffix else [k for k in values if not k.startswith("retrieval")]
+            metrics.update({f"{k}{suffix}": values[k] for k in keys})
+        metrics.update(signature_retrieval(L_mean, own, distinct))
+        metrics.update(self._ema_metrics(metrics, "trajectory"))
+        metrics["tokens_scored"] = float(sum(len(columns[j]) + len(sampled[n].reasoning) for n, j in pairs))
+        return metrics
+
+    def _trajectory_uniform(self, valid: list[Trace], episodes: int, step: int) -> list[Trace]:
+        """RAGEN's multi-turn sample (collapse_metrics.py:798-831, ``_sample_trajectory_uniform``):
+        min(num_samples, #valid turns) draws with replacement, each an episode uniformly among all M episodes of
+        the batch, then one of its valid turns uniformly; a draw that lands on an episode without a valid turn
+        yields nothing (upstream's ``if turn_counts[m] > 0``)."""
         by_episode: dict[int, list[Trace]] = {}
         for trace in valid:
             by_episode.setdefault(trace.episode, []).append(trace)
-        if not by_episode:
+        if not by_episode or episodes < 1:
             return []
-        episodes = sorted(by_episode)
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step + 1)
         draws = []
-        for _ in range(self.num_samples):
-            m = episodes[int(torch.randint(len(episodes), (1,), generator=generator))]
-            turns = by_episode[m]
-            draws.append(turns[int(torch.randint(len(turns), (1,), generator=generator))])
+        for _ in range(min(self.num_samples, len(valid))):
+            turns = by_episode.get(int(torch.randint(episodes, (1,), generator=generator)))
+            if turns:
+                draws.append(turns[int(torch.randint(len(turns), (1,), generator=generator))])
+        return draws
+
+    def _within_budget(self, draws: list[Trace]) -> list[Trace]:
+        """The longest prefix of the draws whose scoring (every draw under every distinct context drawn:
+        K x sum|X distinct| + #distinct x sum|Z| tokens) fits ``collapse_max_tokens``; traces and columns shrink
+        together. The RAGEN recipes size the budget so 64 x 64 always fits (collapse_num_samples^2 x the longest
+        sequence); a cut is logged (``num_samples`` < ``num_drawn``) and warned about once."""
+        seen: set[tuple[int, ...]] = set()
         sum_x = sum_z = 0
         kept = 0
         for k, trace in enumerate(draws, start=1):
-            sum_x, sum_z = sum_x + len(trace.context), sum_z + len(trace.reasoning)
-            if k * (sum_x + sum_z) > self.max_tokens:
+            if trace.context not in seen:
+                seen.add(trace.context)
+                sum_x += len(trace.context)
+            sum_z += len(trace.reasoning)
+            if k * sum_x + len(seen) * sum_z > self.max_tokens:
+                if not self._warned_budget:
+                    self._warned_budget = True
+                    logger.warning(
+                        "collapse_max_tokens=%d scores only %d of the %d drawn multi-turn traces; RAGEN scores all "
+                        "(set collapse_max_tokens >= collapse_num_samples^2 x the longest prompt + episode).",
+                        self.max_tokens, kept, len(draws))
                 break
             kept = k
         return draws[:kept]
 
-    def _ema_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+    def _ema_metrics(self, metrics: dict[str, float], sample: str = "first") -> dict[str, float]:
         """RAGEN's EMA z-score (mll-lab-nu/RAGEN@20daedc ragen/trainer/collapse_metrics.py:315-342): the marginal std
-        is smoothed (decay 0.9, started at its first value) and the *current* mean gap is divided by it:
+        is smoothed (decay 0.9, started at its first value; one EMA per ``sample``, as upstream keys it by label)
+        and the *current* mean gap is divided by it:
         mi_zscore_ema = mean_n(matched_n - marginal_n) / (EMA(marginal_std) + 1e-3); the same on summed log-probs."""
         out = {}
         for suffix in ("", "_seq"):
+            key = f"{sample}/marginal_std{suffix}"
             current = metrics[f"marginal_std{suffix}"]
-            previous = self._ema.get(f"marginal_std{suffix}", current)
-            self._ema[f"marginal_std{suffix}"] = ema = 0.9 * previous + 0.1 * current
+            previous = self._ema.get(key, current)
+            self._ema[key] = ema = 0.9 * previous + 0.1 * current
             out[f"marginal_std{suffix}_ema"] = ema
             out[f"mi_zscore{suffix}_ema"] = metrics[f"mi_estimate{suffix}"] / (ema + ZSCORE_EPS)
         return out

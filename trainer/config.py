@@ -306,9 +306,10 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     collapse_max_tokens: int = field(
         default=32768,
         metadata={
-            "help": "Cap on tokens fed through the model per check (sum over all trace x prompt pairs of prompt + "
-            "trace length): traces are admitted in sampling order while they fit. Cost = #prompts x #traces "
-            "teacher-forced sequences."
+            "help": "Cap on tokens fed through the model per sample of a check (sum over all trace x prompt pairs of "
+            "prompt + trace length): traces are admitted in sampling order while they fit. Cost = #prompts x #traces "
+            "teacher-forced sequences. RAGEN has no cap; to score its full 64 x 64 trajectory sample set it to >= "
+            "collapse_num_samples^2 x the longest prompt + completion (the RAGEN recipes do)."
         },
     )
     collapse_micro_batch_size: int = field(
@@ -370,9 +371,11 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     collapse_turns: str = field(
         default="first",
         metadata={
-            "help": "Which reasoning traces of multi-turn episodes are checked: 'first' (the first turn; columns = "
-            "the batch's distinct prompts) or 'all' (every turn is a trace whose context is everything before it; "
-            "collapse_num_samples traces are drawn and scored under each other's contexts, RAGEN's multi-turn mode)."
+            "help": "Which collapse samples each check computes: 'first' (each rollout's first turn; columns = the "
+            "sampled traces' prompts; collapse/*) or 'all' (RAGEN's default, config/base.yaml:151-152: the first-turn "
+            "sample and, in the same check, the trajectory-uniform one under collapse/trajectory/*: every model turn is "
+            "a trace whose context is everything before it, collapse_num_samples (episode, turn) draws with "
+            "replacement, each its own column; trainer/collapse.py)."
         },
     )
 

@@ -133,8 +133,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         step = self.state.global_step + 1
         if self._collapse is not None and self._collapse.due(step):
             # On the unfiltered batch, before any stage removes rollouts (RAGEN's order).
-            traces, contexts, whole = self._collapse.batch_traces(self, output)
-            for name, value in self._collapse.check(self, traces, contexts, step, whole).items():
+            traces = self._collapse.batch_traces(self, output)
+            for name, value in self._collapse.check(self, traces, step).items():
                 self._metrics["train"][f"collapse/{name}"].append(value)
         batch = self._build_rollout_batch(output, initial_keep)
         decision = stages.run_pipeline(batch, self.args)

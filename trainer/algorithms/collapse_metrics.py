@@ -168,3 +168,49 @@ def mi_metrics(
         out[f"retrieval_chance_at_{k}"] = k / P
         out[f"retrieval_above_chance_at_{k}"] = hit - k / P
     return out
+
+
+def signature_retrieval(
+    cross_log_probs: torch.Tensor,
+    true_columns: torch.Tensor,
+    column_signatures: torch.Tensor,
+    ks: Sequence[int] = (2, 4, 8),
+) -> dict[str, float]:
+    """Retrieval when several columns hold the same prompt, as RAGEN scores its multi-turn sample
+    (mll-lab-nu/RAGEN@20daedc ragen/trainer/collapse_metrics.py:610-691, the ``col_signatures`` branch): a trace is
+    retrieved when its best-scoring column (top-k columns) carries the same prompt as its own column.
+
+    - ``retrieval_accuracy``: mean over rows of [sig(argmax_j L[n, j]) == sig(true_n)];
+    - ``retrieval_chance_level``: mean over rows of (#columns with the row's own signature) / P;
+      ``retrieval_above_chance`` = accuracy - chance;
+    - for each k < P: ``retrieval_at_{k}`` (own signature among the k best columns), chance min(1, chance x k),
+      ``retrieval_above_chance_at_{k}``.
+
+    Args:
+        cross_log_probs: (N, P) float, ``L[n, j] = log q(z_n | x_j)``; columns may repeat a prompt.
+        true_columns: (N,) integer, each row's own column.
+        column_signatures: (P,) integer, equal for columns holding the same prompt.
+        ks: cut-offs of the top-k metrics.
+    Returns:
+        dict of python floats.
+    """
+    L = cross_log_probs.to(torch.float64)
+    N, P = L.shape
+    if P < 2 or column_signatures.shape != (P,) or true_columns.shape != (N,):
+        raise ValueError(f"signature_retrieval needs (N, P>=2) scores, ({N},) true columns and ({P},) signatures")
+    sig = column_signatures.to(device=L.device, dtype=torch.long)
+    own = sig[true_columns.to(device=L.device, dtype=torch.long)]
+    counts = torch.bincount(sig, minlength=int(sig.max()) + 1)
+    chance = float((counts[own].to(torch.float64) / P).mean())
+    accuracy = float((sig[L.argmax(dim=1)] == own).to(torch.float64).mean())
+    out = {"retrieval_accuracy": accuracy, "retrieval_chance_level": chance,
+           "retrieval_above_chance": accuracy - chance}
+    for k in ks:
+        if k >= P:
+            continue
+        top = sig[torch.topk(L, k, dim=1).indices]
+        hit = float((top == own.unsqueeze(1)).any(dim=1).to(torch.float64).mean())
+        out[f"retrieval_at_{k}"] = hit
+        out[f"retrieval_chance_at_{k}"] = min(1.0, chance * k)
+        out[f"retrieval_above_chance_at_{k}"] = hit - min(1.0, chance * k)
+    return out
