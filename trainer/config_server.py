@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .config_errors import ConfigError
+
 WEIGHT_SYNC_KINDS = ("auto", "nccl", "disk", "lora")
 WEIGHT_SYNC_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -65,8 +67,6 @@ class ServerFields:
 
 def validate_server_fields(cfg) -> None:
     """Fail fast on the fields above (ConfigError naming the field and the fix)."""
-    from .config import ConfigError
-
     if cfg.weight_sync not in WEIGHT_SYNC_KINDS:
         raise ConfigError("weight_sync", f"{cfg.weight_sync!r} is not an option", f"use one of {list(WEIGHT_SYNC_KINDS)}")
     if cfg.weight_sync_dtype not in WEIGHT_SYNC_DTYPES:

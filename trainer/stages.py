@@ -26,6 +26,7 @@ the same answer: any randomness must come from a generator seeded from ``args`` 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -64,6 +65,7 @@ class Stage:
 
 
 _REGISTRY: dict[str, dict[str, Stage]] = {kind: {} for kind in STAGE_KINDS}
+_BUILTINS_LOADED = False
 
 
 def register_stage(
@@ -74,7 +76,9 @@ def register_stage(
     group_level: bool = False,
     metric_prefix: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator registering ``fn`` as stage ``name`` of ``kind``. Re-registering a name replaces it.
+    """Decorator registering ``fn`` as stage ``name`` of ``kind``; a name already registered for ``kind`` is an
+    error (as in the reward, environment and dataset registries: a silent replacement would change what a recipe
+    runs depending on import order).
 
     ``needs`` is a set of input names, or ``needs(args) -> set`` when it depends on the config."""
     if kind not in STAGE_KINDS:
@@ -84,19 +88,35 @@ def register_stage(
         needs = frozenset(needs)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in _REGISTRY[kind]:
+            other = _REGISTRY[kind][name].fn
+            raise ValueError(f"{kind} stage {name!r} is already registered by {other.__module__}.{other.__qualname__}")
         _REGISTRY[kind][name] = Stage(kind, name, fn, needs, group_level, metric_prefix or name)
         return fn
 
     return decorator
 
 
+def _load_builtin_methods() -> None:
+    """Import ``trainer.methods`` once, which registers the method stages (GRPODropout, SNR, ...).
+
+    Done on the first lookup rather than at import so that this registry imports nothing of the methods: they
+    import it, and a module-level import back would be a cycle held together only by import order."""
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        importlib.import_module(".methods", __package__)
+
+
 def available(kind: str) -> list[str]:
-    """Names registered for ``kind``, sorted."""
+    """Names registered for ``kind`` (the built-in method stages included), sorted."""
+    _load_builtin_methods()
     return sorted(_REGISTRY[kind])
 
 
 def get_stage(kind: str, name: str) -> Stage:
-    """Look up a registered stage; KeyError lists what exists."""
+    """Look up a registered stage (the built-in method stages included); KeyError lists what exists."""
+    _load_builtin_methods()
     try:
         return _REGISTRY[kind][name]
     except KeyError:
@@ -282,7 +302,3 @@ def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """TRL's clipped surrogate for the configured ``loss_type``, unchanged."""
     return trainer.trl_compute_loss(model, inputs)
 
-
-
-# Method stages register themselves on import (after the registry above exists).
-from . import methods  # noqa: E402,F401

@@ -1,7 +1,7 @@
 """Method stages: thin adapters from a RolloutBatch to the pure functions in trainer/algorithms/.
 
-Importing this package registers every method stage (trainer.stages imports it, so config validation
-sees them).
+Importing this package registers every method stage; trainer.stages imports it on the first registry lookup
+(``available`` / ``get_stage``), so config validation sees them.
 """
 
 from . import grpodropout  # noqa: F401  (registers rollout_dropout: grpodropout)
