@@ -95,8 +95,10 @@ def test_resolver_reads_relative_and_nested_imports(tmp_path):
     try:
         names = {name for _, name in imported_modules(src)}
         assert {"trainer.grpo_trainer", "trainer.grpo_trainer.T", "trl.trainer", "trainer.methods.snr"} <= names
-        assert violations([src], ("trainer.grpo_trainer",)) == ["trainer/methods/x.py:1 imports trainer.grpo_trainer",
-                                                                "trainer/methods/x.py:1 imports trainer.grpo_trainer.T"]
+        assert violations([src], ("trainer.grpo_trainer",)) == [
+            "trainer/methods/x.py:1 imports trainer.grpo_trainer",
+            "trainer/methods/x.py:1 imports trainer.grpo_trainer.T",
+        ]
         assert violations([src], FRAMEWORKS) == ["trainer/methods/x.py:4 imports trl.trainer"]
     finally:
         ROOT = saved

@@ -17,9 +17,9 @@ Kinds:
 ``needs`` names inputs the trainer must compute before the pipeline runs: ``old_logps`` (old-policy
 per-token log-probs at the sampling temperature), ``entropies`` (old-policy token entropy) and ``teacher``
 (the frozen teacher's per-token log-probs and full-vocabulary entropy, and the old policy's log-probs, all at
-T = 1: ``batch.extras["teacher_logps" | "teacher_entropy" | "old_logps_t1"]``; the teacher is loaded only then). It is a set,
-or a function of the config returning one when what a stage needs depends on its options (the SNR filter
-needs entropies only for its entropy scores; an extra forward pass every step would be waste otherwise).
+T = 1: ``batch.extras["teacher_logps" | "teacher_entropy" | "old_logps_t1"]``; the teacher is loaded only then).
+It is a set, or a function of the config returning one when what a stage needs depends on its options (the SNR
+filter needs entropies only for its entropy scores; an extra forward pass every step would be waste otherwise).
 Stage functions are pure in the sense that every rank calls them on the same global batch and must get
 the same answer: any randomness must come from a generator seeded from ``args`` and the step.
 """
@@ -149,7 +149,8 @@ def required_inputs(args: Any) -> frozenset[str]:
 def can_remove_rollouts(args: Any) -> bool:
     """Whether the configured stages can take rollouts out of the loss (then an optimizer step can end up
     with nothing to train on, and the trainer must skip it rather than let Adam move on stale moments)."""
-    return args.rollout_filter != "none" or args.rollout_dropout != "none" or bool(getattr(args, "dynamic_sampling", False))
+    removing = args.rollout_filter != "none" or args.rollout_dropout != "none"
+    return removing or bool(getattr(args, "dynamic_sampling", False))
 
 
 @dataclass
@@ -166,9 +167,9 @@ def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
 
     Removal first, then statistics over what is kept (RAGEN's order: the filter runs at
     mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py L1080, ``compute_advantage`` at L1359; DAPO's dynamic
-    sampling in verl likewise keeps groups before computing advantages). Each stage and the estimator see only the groups still kept
-    (:meth:`RolloutBatch.subset`): a group an earlier stage removed -- or one dynamic sampling topped up and
-    marked dropped -- is never ranked again and never enters a batch-level statistic (``scale_rewards:
+    sampling in verl likewise keeps groups before computing advantages). Each stage and the estimator see only the
+    groups still kept (:meth:`RolloutBatch.subset`): a group an earlier stage removed -- or one dynamic sampling
+    topped up and marked dropped -- is never ranked again and never enters a batch-level statistic (``scale_rewards:
     batch``, ``normalize_then_sum``) nor a stage's telemetry. Whole groups only are removed before the
     estimator; GRPODropout's per-rollout deletion uses the estimator's output (paper eqs. 2-9), so the group
     statistics stay TRL's over the whole group.
@@ -258,7 +259,9 @@ def _merge_metrics(out: dict[str, float], stage: Stage, metrics: dict[str, float
 
 def _check_shape(stage: Stage, what: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
     if tuple(t.shape) != shape:
-        raise ValueError(f"{stage.kind} stage {stage.name!r} returned {what} of shape {tuple(t.shape)}, expected {shape}")
+        raise ValueError(
+            f"{stage.kind} stage {stage.name!r} returned {what} of shape {tuple(t.shape)}, expected {shape}"
+        )
 
 
 def _check_advantages(stage: Stage, A: torch.Tensor, batch: RolloutBatch) -> None:

@@ -4,8 +4,10 @@ Importing this package registers every method stage; trainer.stages imports it o
 (``available`` / ``get_stage``), so config validation sees them.
 """
 
-from . import grpodropout  # noqa: F401  (registers rollout_dropout: grpodropout)
-from . import snr  # noqa: F401  (registers rollout_filter: snr)
-from . import cov_losses  # noqa: F401  (registers loss_variant: clip_cov, kl_cov)
-from . import uecr  # noqa: F401  (registers advantage: puu, uecr)
-from . import teacher_baselines  # noqa: F401  (registers advantage: pg_opd, distilled_rl, atod; loss_variant: naive_hybrid)
+from . import (
+    cov_losses,  # noqa: F401  (registers loss_variant: clip_cov, kl_cov)
+    grpodropout,  # noqa: F401  (registers rollout_dropout: grpodropout)
+    snr,  # noqa: F401  (registers rollout_filter: snr)
+    teacher_baselines,  # noqa: F401  (registers advantage: pg_opd, distilled_rl, atod; loss_variant: naive_hybrid)
+    uecr,  # noqa: F401  (registers advantage: puu, uecr)
+)
