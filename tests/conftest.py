@@ -29,7 +29,8 @@ def tiny_model() -> str:
 
 
 # Test tiers, assigned by file (docs/testing.md). `make test-fast` runs `-m unit`; `make test` runs every tier.
-#   unit        -- pure functions and small modules: no trainer built, no model forward, no subprocess launch
+#   unit        -- pure functions and small modules: no trainer built, no model forward, no worker pool or launch
+#                  (a short interpreter for a hash-seed determinism check aside)
 #   integration -- the real trainer (or a real model) in-process on the tiny model: a few steps, against TRL or
 #                  hand-written references
 #   e2e         -- separate processes: accelerate launches, multi-process/ZeRO-3 scenarios, a real vLLM server,
@@ -43,7 +44,7 @@ TIER_BY_FILE = {
         "test_algorithms_uecr.py", "test_alpha_sweep.py", "test_countdown.py", "test_countdown_ragen.py",
         "test_env_episode.py", "test_env_frozenlake.py", "test_env_fuzz.py", "test_env_sokoban.py",
         "test_eval_benchmarks.py", "test_eval_configs.py", "test_eval_metrics.py", "test_frozenlake_ragen.py",
-        "test_ragen_prompts.py", "test_rewards_format.py", "test_rewards_math.py",
+        "test_ragen_prompts.py", "test_rewards_format.py",
         "test_seams_statistics.py", "test_data.py", "test_metamath.py", "test_recipes.py", "test_stage_registry.py",
         "test_grad_scaler_skip.py", "test_gpu_devices.py", "test_collapse_ragen.py", "test_import_contracts.py",
     },
@@ -56,7 +57,7 @@ TIER_BY_FILE = {
         "test_sampler_logps.py", "test_seams_trainer.py", "test_snr_trainer.py", "test_step_dealing.py",
         "test_teacher.py", "test_think_prefill.py", "test_trainer_equivalence.py", "test_uecr_trainer.py",
         "test_wandb.py", "test_weight_sync.py", "test_vllm_server_faults.py", "test_preflight.py",
-        "test_gpu_launch_checks.py", "test_gpu_server_flags.py", "test_reward_fuzz.py",
+        "test_gpu_launch_checks.py", "test_gpu_server_flags.py", "test_reward_fuzz.py", "test_rewards_math.py",
     },
     "e2e": {
         "test_baseline_recipes_smoke.py", "test_distributed.py", "test_eval_runner.py", "test_gpu_recipes.py",
