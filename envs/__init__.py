@@ -6,9 +6,7 @@ through :func:`make_env`. Answers are parsed by envs/parsing.py; an episode's tu
 kept by envs/episode.py; levels travel in dataset rows as envs/levels.py describes.
 """
 
+from . import frozenlake, sokoban  # noqa: F401  (importing the modules registers the environments)
 from .registry import available, make_env, register_env
-
-# Importing the modules registers the environments.
-from . import frozenlake, sokoban  # noqa: E402,F401
 
 __all__ = ["available", "make_env", "register_env"]

@@ -41,7 +41,9 @@ def _strip_special(text: str) -> str:
     return _SPECIAL_TOKEN.sub("", text)
 
 
-def parse_turn(text: str, max_actions: int, require_think: bool = True, separator: str = ACTION_SEPARATOR) -> ParsedTurn:
+def parse_turn(
+    text: str, max_actions: int, require_think: bool = True, separator: str = ACTION_SEPARATOR
+) -> ParsedTurn:
     """Parse one model response (any string; never raises). See the module docstring for the grammar."""
     if not isinstance(text, str) or max_actions < 1:
         return _NO_ANSWER

@@ -31,7 +31,14 @@ TRACEBACK_FLAG = "--traceback"
 def main(argv: list[str] | None = None) -> int:
     """Check the recipe and its inputs, build the trainer, train, save the final model; 2 on a recipe error."""
     from trainer.config import ConfigError
-    from trainer.recipe import build_trainer, check_run, parse_recipe, prepare_run, resolved_recipe, save_resolved_recipe
+    from trainer.recipe import (
+        build_trainer,
+        check_run,
+        parse_recipe,
+        prepare_run,
+        resolved_recipe,
+        save_resolved_recipe,
+    )
     from trainer.recipe_checks import clear_output_dir, is_main_process, resume_requested
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -37,7 +37,7 @@ from collections import Counter
 from fractions import Fraction
 from typing import Any
 
-from .math import completion_text, strip_think
+from .math_rewards import completion_text, strip_think
 from .registry import register_reward
 
 MAX_EQUATION_CHARS = 200

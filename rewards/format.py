@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .math import completion_text
+from .math_rewards import completion_text
 from .registry import register_reward
 
 # RAGEN's DOTALL pattern: think block, whitespace, answer block; we require the whole response to be that.

@@ -9,9 +9,20 @@ TRL passes it (EOS included, padding excluded), as verl's ``valid_response_lengt
 
 from __future__ import annotations
 
-from trainer.algorithms.dapo import overlong_penalty as overlong_penalty_value
-
 from .registry import register_reward
+
+
+def overlong_penalty_value(length: int, max_length: int, buffer_length: int, penalty_factor: float = 1.0) -> float:
+    """DAPO's soft overlong punishment R_length (§3.4, eq. 13), times ``penalty_factor``:
+
+    0 for ``|y| <= L_max - L_cache``; ``((L_max - L_cache) - |y|) / L_cache`` inside the buffer (linear from 0 to
+    -1); -1 for ``|y| > L_max`` (generation is capped at L_max, so -1 is reached at the cap). Added to the task
+    reward."""
+    if buffer_length <= 0 or buffer_length > max_length:
+        raise ValueError(f"buffer_length must be in (0, max_length={max_length}], got {buffer_length}")
+    expected = max_length - buffer_length
+    exceed = min(max(length - expected, 0), buffer_length)
+    return 0.0 if exceed == 0 else -penalty_factor * exceed / buffer_length
 
 
 def make_overlong_penalty(

@@ -9,7 +9,7 @@ whatever the caller does next, instead of being added to the next call).
 Workers are plain ``subprocess`` children running this file under ``python -I`` rather than
 ``multiprocessing`` children: fork is unsafe in the threaded trainer, and spawn/forkserver re-import the
 trainer's ``__main__`` script in the child (a script without a main guard would start training again).
-``-I`` also keeps ``rewards/`` off the child's ``sys.path`` so ``rewards/math.py`` cannot shadow ``math``.
+``-I`` also keeps ``rewards/`` off the child's ``sys.path`` so no module of ``rewards/`` can shadow a stdlib one.
 
 This file imports only the standard library: the parent never loads sympy; Math-Verify is imported in the
 worker only. Protocol (ASCII JSON lines): parent sends ``[[gold, pred], ...]``; the worker answers one line

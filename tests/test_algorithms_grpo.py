@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from trl.trainer.utils import nanstd as trl_nanstd
 
 from trainer.algorithms.grpo import (
-    grpo_advantages,
     group_index,
     group_view,
+    grpo_advantages,
     nanstd,
     normalize_then_sum_advantages,
     total_reward,

@@ -12,7 +12,7 @@ import re
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from trainer.algorithms.collapse_metrics import mi_metrics

@@ -8,7 +8,6 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import torch
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity
 from trl import GRPOConfig, GRPOTrainer
 

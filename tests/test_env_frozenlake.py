@@ -6,8 +6,7 @@ import os
 import random
 import subprocess
 import sys
-from collections import Counter
-from collections import deque
+from collections import Counter, deque
 from pathlib import Path
 
 import pytest

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sokoban_solver import solve
 
 from envs import make_env
 from envs.episode import Episode, EpisodeSettings
 from envs.sokoban import Level, SokobanEnv, _generate_cached, generate_level
-from sokoban_solver import solve
 
 REPO = Path(__file__).resolve().parent.parent
 

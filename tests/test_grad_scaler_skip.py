@@ -19,7 +19,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.optimizer import AcceleratedOptimizer
 
-from trainer.empty_steps import _arm_skip
+from trainer.empty_steps import arm_skip
 from trainer.numerics_guard import NonFiniteGuard
 
 STEPS = ("overflow", "finite", "finite")
@@ -52,7 +52,7 @@ def _run(skip: str) -> list[dict]:
         if i == 0 and skip == "grad":
             guard.check_gradients(trainer)  # on_pre_optimizer_step
         if i == 0 and skip == "empty":
-            _arm_skip(trainer)
+            arm_skip(trainer)
         optimizer.step()
         skipped = optimizer.step_was_skipped
         inner.zero_grad(set_to_none=True)

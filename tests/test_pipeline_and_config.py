@@ -9,8 +9,16 @@ import pytest
 import torch
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_token_parity
 
-from trainer import ConfigError, RewardFunctionError, RolloutBatch, StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage
-from trainer import stages
+from trainer import (
+    ConfigError,
+    RewardFunctionError,
+    RolloutBatch,
+    StageResult,
+    WinnowConfig,
+    WinnowGRPOTrainer,
+    register_stage,
+    stages,
+)
 
 
 def make_batch(N=8, G=4, T=5) -> RolloutBatch:

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 import math
 import time
 from collections import Counter

@@ -5,10 +5,10 @@ backend (``model.generate``) returns none: that is a ConfigError naming the fiel
 from __future__ import annotations
 
 import pytest
-from envs.episode import EpisodeSettings
 from harness import BASE_ARGS, reward_token_parity
 from transformers import AutoTokenizer
 
+from envs.episode import EpisodeSettings
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
 from trainer.rollout import ChatTokens, MultiTurnRollout, training_chat_template
 

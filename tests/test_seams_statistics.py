@@ -104,8 +104,9 @@ def _hand_grpodropout(A, s, valid):
         return [True] * G, list(A)
     s_bar = statistics.mean(s[i] for i in idx)
     h = {i: A[i] * (s[i] - s_bar) / G for i in idx}
-    best = max((I for k in range(len(idx) + 1) for I in itertools.combinations(idx, k) if sum(h[i] for i in I) >= 0),
-               key=lambda I: (len(I), sum(h[i] for i in I)))
+    best = max((kept for k in range(len(idx) + 1) for kept in itertools.combinations(idx, k)  # the paper's set I
+                if sum(h[i] for i in kept) >= 0),
+               key=lambda kept: (len(kept), sum(h[i] for i in kept)))
     keep = [(not valid[i]) or i in best or A[i] <= 0 for i in range(G)]
     w = {i: math.exp(-s[i]) for i in idx if keep[i]}
     b = sum(w[i] * A[i] for i in w) / sum(w.values()) if w else 0.0
@@ -123,7 +124,7 @@ def test_grpodropout_ignores_rollouts_without_loss_tokens():
     for g in range(2):
         A = _grpo_group(rewards[g * G:(g + 1) * G])
         valid = [any(m) for m in masks[g * G:(g + 1) * G]]
-        s = [-sum(l for l, m in zip(row, mk) if m) / max(sum(mk), 1)
+        s = [-sum(lp for lp, m in zip(row, mk) if m) / max(sum(mk), 1)
              for row, mk in zip(logps[g * G:(g + 1) * G].tolist(), masks[g * G:(g + 1) * G])]
         keep, want = _hand_grpodropout(A, s, valid)
         assert out.keep[g * G:(g + 1) * G].tolist() == keep

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import requests
 import torch
-
 from harness import BASE_ARGS, prompt_dataset, reward_token_parity
 
 REPO = Path(__file__).resolve().parents[1]

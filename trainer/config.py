@@ -16,6 +16,7 @@ from trl import GRPOConfig
 from . import stages
 from .algorithms.grpo import STD_KINDS
 from .algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
+from .config_errors import ConfigError
 from .config_server import ServerFields, validate_server_fields
 from .config_teacher import TeacherFields, validate_teacher_fields
 from .step_dealing import FILTERED_UPDATES
@@ -29,14 +30,6 @@ ON_LIMIT = ("partial", "error")
 
 
 THINK_PREFILL = "<think>"  # RAGEN's generation-prompt suffix with enable_think (ctx_manager.py:1260-1261)
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value: the message names the field and how to fix it."""
-
-    def __init__(self, field_name: str, problem: str, fix: str):
-        self.field_name = field_name
-        super().__init__(f"WinnowConfig.{field_name}: {problem}. Fix: {fix}")
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import ConfigError
+from .config_errors import ConfigError
 
 
 @dataclass

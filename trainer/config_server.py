@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .config_errors import ConfigError
+
 WEIGHT_SYNC_KINDS = ("auto", "nccl", "disk", "lora")
 WEIGHT_SYNC_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -65,23 +67,32 @@ class ServerFields:
 
 def validate_server_fields(cfg) -> None:
     """Fail fast on the fields above (ConfigError naming the field and the fix)."""
-    from .config import ConfigError
-
     if cfg.weight_sync not in WEIGHT_SYNC_KINDS:
-        raise ConfigError("weight_sync", f"{cfg.weight_sync!r} is not an option", f"use one of {list(WEIGHT_SYNC_KINDS)}")
+        raise ConfigError(
+            "weight_sync", f"{cfg.weight_sync!r} is not an option", f"use one of {list(WEIGHT_SYNC_KINDS)}"
+        )
     if cfg.weight_sync_dtype not in WEIGHT_SYNC_DTYPES:
-        raise ConfigError("weight_sync_dtype", f"{cfg.weight_sync_dtype!r} is not an option",
-                          f"use one of {list(WEIGHT_SYNC_DTYPES)}")
+        raise ConfigError(
+            "weight_sync_dtype",
+            f"{cfg.weight_sync_dtype!r} is not an option",
+            f"use one of {list(WEIGHT_SYNC_DTYPES)}",
+        )
     if cfg.weight_sync_shard_mb < 1:
         raise ConfigError("weight_sync_shard_mb", f"must be >= 1 (got {cfg.weight_sync_shard_mb})", "use e.g. 2048")
     server_mode = bool(cfg.use_vllm) and cfg.vllm_mode == "server"
     if cfg.weight_sync in ("disk", "lora") and not server_mode:
         raise ConfigError(
-            "weight_sync", f"{cfg.weight_sync!r} syncs into a vLLM server, but use_vllm={cfg.use_vllm} and "
-            f"vllm_mode={cfg.vllm_mode!r}", "set use_vllm: true and vllm_mode: server, or leave weight_sync: auto")
+            "weight_sync",
+            f"{cfg.weight_sync!r} syncs into a vLLM server, but use_vllm={cfg.use_vllm} and "
+            f"vllm_mode={cfg.vllm_mode!r}",
+            "set use_vllm: true and vllm_mode: server, or leave weight_sync: auto",
+        )
     if not cfg.weight_sync_lora_name or "/" in cfg.weight_sync_lora_name:
-        raise ConfigError("weight_sync_lora_name", f"{cfg.weight_sync_lora_name!r} is not a usable adapter name",
-                          "use a plain name such as 'policy'")
+        raise ConfigError(
+            "weight_sync_lora_name",
+            f"{cfg.weight_sync_lora_name!r} is not a usable adapter name",
+            "use a plain name such as 'policy'",
+        )
 
 
 def resolve_weight_sync(kind: str, cuda_available: bool) -> str:

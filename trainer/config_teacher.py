@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .config_errors import ConfigError
+
 TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
 UECR_NORMALIZATION = ("joint", "separate")
 ECR_DIRECTIONS = ("tanh", "clip")
@@ -110,8 +112,6 @@ class TeacherFields:
 
 def validate_teacher_fields(cfg, needs_teacher: bool) -> None:
     """Fail fast on the fields above (ConfigError naming the field and the fix)."""
-    from .config import ConfigError
-
     for name, allowed in (
         ("teacher_dtype", TEACHER_DTYPES),
         ("uecr_normalization", UECR_NORMALIZATION),

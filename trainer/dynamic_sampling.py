@@ -49,7 +49,9 @@ class DynamicSampler:
                 "use 'reward' (the total) or one of those names",
             )
         if isinstance(trainer.train_dataset, torch.utils.data.IterableDataset):
-            raise ValueError("dynamic_sampling needs a map-style train_dataset (refills index it); got an iterable one")
+            raise ValueError(
+                "dynamic_sampling needs a map-style train_dataset (refills index it); got an iterable one"
+            )
         self.trainer = trainer
         self.refills_drawn = 0  # refill batches consumed so far (checkpointed)
         self._iterator = None
@@ -157,7 +159,10 @@ class DynamicSampler:
         if limit_hit:
             logger.warning(
                 "dynamic_sampling: %d of %d groups mixed after %d generation batches; training on those (the rest are "
-                "out of the loss)", found, P, rounds,
+                "out of the loss)",
+                found,
+                P,
+                rounds,
             )
             # Top up with whole groups of the last round (any content: they are marked dropped).
             parts.append({k: v[: (P - found) * G] for k, v in glob.items()})
@@ -167,8 +172,12 @@ class DynamicSampler:
         t._global_rewards_per_func = merged.pop("__rewards__")
         self.last_sources = merged.pop("__source__")
         local = self._deal(merged, output)
-        metrics.update(gen_batches=float(rounds), mixed_groups=float(found), limit_hit=float(limit_hit),
-                       generated_groups=float(generated))
+        metrics.update(
+            gen_batches=float(rounds),
+            mixed_groups=float(found),
+            limit_hit=float(limit_hit),
+            generated_groups=float(generated),
+        )
         return local, (None if found == P else keep), metrics
 
     def _gather(self, output: dict[str, Any], keys: list[str], R_k: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -214,4 +223,3 @@ def _pad(t: torch.Tensor, width: int, value: float, left: bool) -> torch.Tensor:
         return t
     filler = torch.full((t.shape[0], extra, *t.shape[2:]), value, dtype=t.dtype, device=t.device)
     return torch.cat([filler, t] if left else [t, filler], dim=1)
-

@@ -75,11 +75,11 @@ class EmptyStepGuard:
         local = torch.tensor([self._window_tokens], dtype=torch.float64, device=mask.device)
         total = float(acc.reduce(local, reduction="sum").item()) if acc.num_processes > 1 else self._window_tokens
         self._window_tokens = 0.0
-        _reset_skip_flag(trainer)
+        reset_skip_flag(trainer)
         empty = total == 0.0
         if empty:
             self.skipped_steps += 1
-            _arm_skip(trainer)
+            arm_skip(trainer)
         # TRL's micro-step counter is incremented after this micro-step; it generates again at a multiple
         # of steps_per_generation x num_iterations
         self.window_ends_generation = (trainer._step + 1) % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
@@ -132,7 +132,7 @@ def _deepspeed_optimizer(trainer: Any) -> Any | None:
     return None if engine is None else engine.engine.optimizer
 
 
-def _arm_skip(trainer: Any, overflow: bool = False) -> None:
+def arm_skip(trainer: Any, overflow: bool = False) -> None:
     """Make the next optimizer step of ``trainer`` a no-op (once). ``overflow``: the step is skipped because a
     loss or gradient is non-finite, which an fp16 GradScaler must count as an overflow (see _end_scaler_iteration)."""
     zero_optimizer = _deepspeed_optimizer(trainer)
@@ -170,7 +170,7 @@ def _end_scaler_iteration(scaler: Any, inner: Any, overflow: bool) -> None:
         scaler.update(new_scale=scaler._scale.clone())
 
 
-def _reset_skip_flag(trainer: Any) -> None:
+def reset_skip_flag(trainer: Any) -> None:
     """Clear the skipped-step flag left by the previous window (accelerate sets it only under a grad scaler,
     which recomputes it in its own step anyway)."""
     if _deepspeed_optimizer(trainer) is None and trainer.optimizer is not None:

@@ -16,7 +16,9 @@ from typing import Any, Callable
 import torch
 
 
-def aggregate_entropy(trainer: Any, entropies: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+def aggregate_entropy(
+    trainer: Any, entropies: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]
+) -> torch.Tensor:
     """The micro-batch entropy term with the policy loss's normaliser for ``trainer.loss_type`` (train mode,
     gradient accumulation included)."""
     training = trainer.model.training
@@ -35,8 +37,9 @@ def aggregate_entropy(trainer: Any, entropies: torch.Tensor, mask: torch.Tensor,
     return weighted.sum() / mask.sum().clamp(min=1.0) / accum  # bnpo: token-mean of the micro-batch
 
 
-def loss_with_aggregated_entropy(trainer: Any, inputs: dict[str, Any], compute: Callable[[], torch.Tensor],
-                                 row_scale: Any = None) -> torch.Tensor:
+def loss_with_aggregated_entropy(
+    trainer: Any, inputs: dict[str, Any], compute: Callable[[], torch.Tensor], row_scale: Any = None
+) -> torch.Tensor:
     """Run TRL's loss (``compute``) without its own entropy bonus, capturing the entropies of its forward, then
     subtract ``entropy_coef`` x :func:`aggregate_entropy`. ``row_scale``: batch compaction's factor for row-count
     normalisers (trainer/compaction.py), applied to the bonus as to the policy term."""

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from .empty_steps import _arm_skip, _reset_skip_flag
+from .empty_steps import arm_skip, reset_skip_flag
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +59,13 @@ class NonFiniteGuard:
         metrics["numerics/nonfinite_step"].append(float(self._reason is not None))
         metrics["numerics/skipped_steps_total"].append(float(self.skipped_steps))
         if self._reason is not None:
-            _reset_skip_flag(trainer)
+            reset_skip_flag(trainer)
             self._reason = None
 
     def _arm(self, trainer: Any, reason: str) -> None:
         self._reason = reason
         self.skipped_steps += 1
-        _arm_skip(trainer, overflow=True)
+        arm_skip(trainer, overflow=True)
         step = trainer.state.global_step + 1
         logger.warning(
             "winnow-rl: step %d: %s; the optimizer step is skipped (weights, optimizer state and LR schedule "

@@ -25,8 +25,16 @@ from trl import ModelConfig, get_peft_config
 from .config import ConfigError, WinnowConfig
 from .config_env import EnvTaskFields
 from .recipe_checks import check_process_count
-from .recipe_parser import (RecipeError, RecipeParser, check_keys, cli_values, import_modules, own_fields,
-                            read_recipe_file, split_config_flag)
+from .recipe_parser import (
+    RecipeError,
+    RecipeParser,
+    check_keys,
+    cli_values,
+    import_modules,
+    own_fields,
+    read_recipe_file,
+    split_config_flag,
+)
 
 logger = logging.getLogger(__name__)
 

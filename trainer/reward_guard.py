@@ -20,7 +20,6 @@ from typing import Any, Callable
 import torch
 
 
-
 class RewardFunctionError(RuntimeError):
     """A reward function raised or returned something that is not a finite number or None."""
 
@@ -74,7 +73,9 @@ class RewardGuard:
         try:
             values = list(values)
         except TypeError:
-            self.failures.append(f"reward function {name!r} returned {type(values).__name__}, expected a list of {n} floats")
+            self.failures.append(
+                f"reward function {name!r} returned {type(values).__name__}, expected a list of {n} floats"
+            )
             return [None] * n
         if len(values) != n:
             self.failures.append(f"reward function {name!r} returned {len(values)} rewards for {n} completions")

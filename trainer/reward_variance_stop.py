@@ -74,7 +74,11 @@ class RewardVarianceStopCallback(TrainerCallback):
         self.monitor, self.steps_per_batch = monitor, max(int(steps_per_batch), 1)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.monitor.triggered and state.global_step % self.steps_per_batch == 0 and not control.should_training_stop:
+        if (
+            self.monitor.triggered
+            and state.global_step % self.steps_per_batch == 0
+            and not control.should_training_stop
+        ):
             m = self.monitor
             message = (
                 f"winnow-rl: stopping at step {state.global_step}: reward variance collapsed -- the mean within-group "

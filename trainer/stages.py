@@ -17,15 +17,16 @@ Kinds:
 ``needs`` names inputs the trainer must compute before the pipeline runs: ``old_logps`` (old-policy
 per-token log-probs at the sampling temperature), ``entropies`` (old-policy token entropy) and ``teacher``
 (the frozen teacher's per-token log-probs and full-vocabulary entropy, and the old policy's log-probs, all at
-T = 1: ``batch.extras["teacher_logps" | "teacher_entropy" | "old_logps_t1"]``; the teacher is loaded only then). It is a set,
-or a function of the config returning one when what a stage needs depends on its options (the SNR filter
-needs entropies only for its entropy scores; an extra forward pass every step would be waste otherwise).
+T = 1: ``batch.extras["teacher_logps" | "teacher_entropy" | "old_logps_t1"]``; the teacher is loaded only then).
+It is a set, or a function of the config returning one when what a stage needs depends on its options (the SNR
+filter needs entropies only for its entropy scores; an extra forward pass every step would be waste otherwise).
 Stage functions are pure in the sense that every rank calls them on the same global batch and must get
 the same answer: any randomness must come from a generator seeded from ``args`` and the step.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -64,6 +65,7 @@ class Stage:
 
 
 _REGISTRY: dict[str, dict[str, Stage]] = {kind: {} for kind in STAGE_KINDS}
+_BUILTINS_LOADED = False
 
 
 def register_stage(
@@ -74,7 +76,9 @@ def register_stage(
     group_level: bool = False,
     metric_prefix: str | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator registering ``fn`` as stage ``name`` of ``kind``. Re-registering a name replaces it.
+    """Decorator registering ``fn`` as stage ``name`` of ``kind``; a name already registered for ``kind`` is an
+    error (as in the reward, environment and dataset registries: a silent replacement would change what a recipe
+    runs depending on import order).
 
     ``needs`` is a set of input names, or ``needs(args) -> set`` when it depends on the config."""
     if kind not in STAGE_KINDS:
@@ -84,19 +88,35 @@ def register_stage(
         needs = frozenset(needs)
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in _REGISTRY[kind]:
+            other = _REGISTRY[kind][name].fn
+            raise ValueError(f"{kind} stage {name!r} is already registered by {other.__module__}.{other.__qualname__}")
         _REGISTRY[kind][name] = Stage(kind, name, fn, needs, group_level, metric_prefix or name)
         return fn
 
     return decorator
 
 
+def _load_builtin_methods() -> None:
+    """Import ``trainer.methods`` once, which registers the method stages (GRPODropout, SNR, ...).
+
+    Done on the first lookup rather than at import so that this registry imports nothing of the methods: they
+    import it, and a module-level import back would be a cycle held together only by import order."""
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        importlib.import_module(".methods", __package__)
+
+
 def available(kind: str) -> list[str]:
-    """Names registered for ``kind``, sorted."""
+    """Names registered for ``kind`` (the built-in method stages included), sorted."""
+    _load_builtin_methods()
     return sorted(_REGISTRY[kind])
 
 
 def get_stage(kind: str, name: str) -> Stage:
-    """Look up a registered stage; KeyError lists what exists."""
+    """Look up a registered stage (the built-in method stages included); KeyError lists what exists."""
+    _load_builtin_methods()
     try:
         return _REGISTRY[kind][name]
     except KeyError:
@@ -129,7 +149,8 @@ def required_inputs(args: Any) -> frozenset[str]:
 def can_remove_rollouts(args: Any) -> bool:
     """Whether the configured stages can take rollouts out of the loss (then an optimizer step can end up
     with nothing to train on, and the trainer must skip it rather than let Adam move on stale moments)."""
-    return args.rollout_filter != "none" or args.rollout_dropout != "none" or bool(getattr(args, "dynamic_sampling", False))
+    removing = args.rollout_filter != "none" or args.rollout_dropout != "none"
+    return removing or bool(getattr(args, "dynamic_sampling", False))
 
 
 @dataclass
@@ -146,9 +167,9 @@ def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
 
     Removal first, then statistics over what is kept (RAGEN's order: the filter runs at
     mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py L1080, ``compute_advantage`` at L1359; DAPO's dynamic
-    sampling in verl likewise keeps groups before computing advantages). Each stage and the estimator see only the groups still kept
-    (:meth:`RolloutBatch.subset`): a group an earlier stage removed -- or one dynamic sampling topped up and
-    marked dropped -- is never ranked again and never enters a batch-level statistic (``scale_rewards:
+    sampling in verl likewise keeps groups before computing advantages). Each stage and the estimator see only the
+    groups still kept (:meth:`RolloutBatch.subset`): a group an earlier stage removed -- or one dynamic sampling
+    topped up and marked dropped -- is never ranked again and never enters a batch-level statistic (``scale_rewards:
     batch``, ``normalize_then_sum``) nor a stage's telemetry. Whole groups only are removed before the
     estimator; GRPODropout's per-rollout deletion uses the estimator's output (paper eqs. 2-9), so the group
     statistics stay TRL's over the whole group.
@@ -238,7 +259,9 @@ def _merge_metrics(out: dict[str, float], stage: Stage, metrics: dict[str, float
 
 def _check_shape(stage: Stage, what: str, t: torch.Tensor, shape: tuple[int, ...]) -> None:
     if tuple(t.shape) != shape:
-        raise ValueError(f"{stage.kind} stage {stage.name!r} returned {what} of shape {tuple(t.shape)}, expected {shape}")
+        raise ValueError(
+            f"{stage.kind} stage {stage.name!r} returned {what} of shape {tuple(t.shape)}, expected {shape}"
+        )
 
 
 def _check_advantages(stage: Stage, A: torch.Tensor, batch: RolloutBatch) -> None:
@@ -282,7 +305,3 @@ def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """TRL's clipped surrogate for the configured ``loss_type``, unchanged."""
     return trainer.trl_compute_loss(model, inputs)
 
-
-
-# Method stages register themselves on import (after the registry above exists).
-from . import methods  # noqa: E402,F401

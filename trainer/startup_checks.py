@@ -107,7 +107,10 @@ def deepspeed_or_fsdp() -> bool:
     from accelerate import PartialState
     from accelerate.utils import DistributedType
 
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true" or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+    if (
+        os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+        or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"
+    ):
         return True
     return PartialState().distributed_type in (DistributedType.DEEPSPEED, DistributedType.FSDP)
 
@@ -121,7 +124,8 @@ def check_master_weights(args: Any, model: Any, peft_config: Any) -> None:
     if dtype not in HALF_DTYPES or peft_config is not None or deepspeed_or_fsdp():
         return
     raise ConfigError(
-        "dtype", f"the policy loads in {dtype} and this launch has no DeepSpeed/FSDP, so AdamW would update "
+        "dtype",
+        f"the policy loads in {dtype} and this launch has no DeepSpeed/FSDP, so AdamW would update "
         f"{dtype} weights directly and learning-rate-sized steps round to zero",
         "launch under DeepSpeed (launch/accelerate/zero2_gpu_8.yaml or zero3_gpu_*.yaml keep fp32 master weights), "
         "or load float32 weights (dtype: float32) and keep bf16: true for bf16 compute",

@@ -31,7 +31,9 @@ class TeacherVocabularyError(ValueError):
     """The teacher does not read the student's token ids the same way."""
 
 
-def check_vocabulary(student_tokenizer: Any, teacher_path: str, teacher_config: Any, revision: str | None = None) -> None:
+def check_vocabulary(
+    student_tokenizer: Any, teacher_path: str, teacher_config: Any, revision: str | None = None
+) -> None:
     """Refuse a teacher whose tokenizer maps any token differently from the student's, or whose embedding table
     is smaller than the student's vocabulary (its log-probs would be of other tokens). Raises
     :class:`TeacherVocabularyError` with both sizes and the first differing token."""

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import requests
 import torch
 
-from .vllm_server import GenerationServerError, harden_client, wait_for_server
+from .vllm_server import GenerationServerError
 
 logger = logging.getLogger("trainer.weight_sync")
 

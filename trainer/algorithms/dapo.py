@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import torch
 
+# The overlong shaping formula is a reward and lives with the reward function (rewards/ imports nothing of trainer/);
+# re-exported here, next to the rest of DAPO.
+from rewards.overlong import overlong_penalty_value as overlong_penalty  # noqa: F401
+
 from .grpo import group_view
 
 
@@ -25,16 +29,3 @@ def mixed_groups(values: torch.Tensor, G: int) -> torch.Tensor:
     hi = torch.where(finite, g, small).amax(dim=1)
     lo = torch.where(finite, g, big).amin(dim=1)
     return (finite.sum(dim=1) >= 2) & (hi > lo)
-
-
-def overlong_penalty(length: int, max_length: int, buffer_length: int, penalty_factor: float = 1.0) -> float:
-    """DAPO's soft overlong punishment R_length (§3.4, eq. 13), times ``penalty_factor``:
-
-    0 for ``|y| <= L_max - L_cache``; ``((L_max - L_cache) - |y|) / L_cache`` inside the buffer (linear from 0 to
-    -1); -1 for ``|y| > L_max`` (generation is capped at L_max, so -1 is reached at the cap). Added to the task
-    reward."""
-    if buffer_length <= 0 or buffer_length > max_length:
-        raise ValueError(f"buffer_length must be in (0, max_length={max_length}], got {buffer_length}")
-    expected = max_length - buffer_length
-    exceed = min(max(length - expected, 0), buffer_length)
-    return 0.0 if exceed == 0 else -penalty_factor * exceed / buffer_length

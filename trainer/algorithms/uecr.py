@@ -24,7 +24,6 @@ Conventions shared by every function:
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import torch

@@ -45,7 +45,7 @@ from typing import Any
 import datasets
 
 from . import arithmetic, countdown, envs, local, math_hub, metamath  # noqa: F401  (importing registers the loaders)
-from .common import OUTPUT_COLUMNS, DatasetUnavailableError, _REGISTRY, register_task_dataset
+from .common import _REGISTRY, OUTPUT_COLUMNS, DatasetUnavailableError, register_task_dataset
 from .math_hub import BOXED_SYSTEM_PROMPT, DAPO_TEMPLATE, strip_dapo_instruction
 
 __all__ = [

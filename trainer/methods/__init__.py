@@ -1,11 +1,13 @@
 """Method stages: thin adapters from a RolloutBatch to the pure functions in trainer/algorithms/.
 
-Importing this package registers every method stage (trainer.stages imports it, so config validation
-sees them).
+Importing this package registers every method stage; trainer.stages imports it on the first registry lookup
+(``available`` / ``get_stage``), so config validation sees them.
 """
 
-from . import grpodropout  # noqa: F401  (registers rollout_dropout: grpodropout)
-from . import snr  # noqa: F401  (registers rollout_filter: snr)
-from . import cov_losses  # noqa: F401  (registers loss_variant: clip_cov, kl_cov)
-from . import uecr  # noqa: F401  (registers advantage: puu, uecr)
-from . import teacher_baselines  # noqa: F401  (registers advantage: pg_opd, distilled_rl, atod; loss_variant: naive_hybrid)
+from . import (
+    cov_losses,  # noqa: F401  (registers loss_variant: clip_cov, kl_cov)
+    grpodropout,  # noqa: F401  (registers rollout_dropout: grpodropout)
+    snr,  # noqa: F401  (registers rollout_filter: snr)
+    teacher_baselines,  # noqa: F401  (registers advantage: pg_opd, distilled_rl, atod; loss_variant: naive_hybrid)
+    uecr,  # noqa: F401  (registers advantage: puu, uecr)
+)

@@ -75,7 +75,13 @@ def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], variant: str) -> 
     if variant == "clip_cov":
         g_clipped = _pool(trainer, ppo_clipped(ratio, A_tok, eps_low, eps_high).to(torch.uint8)).bool()
         g_selected = clip_cov_selection(
-            cov, g_mask, g_clipped, args.clip_cov_ratio, args.clip_cov_lb, args.clip_cov_ub, micro_step_generator(trainer)
+            cov,
+            g_mask,
+            g_clipped,
+            args.clip_cov_ratio,
+            args.clip_cov_lb,
+            args.clip_cov_ub,
+            micro_step_generator(trainer),
         )
         candidates = (g_mask.bool() & ~g_clipped & (cov > args.clip_cov_lb) & (cov < args.clip_cov_ub)).sum()
     else:

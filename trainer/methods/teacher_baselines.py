@@ -38,7 +38,9 @@ def pg_opd_stage(batch: RolloutBatch, args: Any) -> StageResult:
     delta = teacher_gap(batch)
     A = pg_opd_advantages(delta, batch.mask, coef=args.opd_coef)
     valid = batch.mask.bool()
-    return StageResult(advantages=A.to(batch.R.dtype), metrics={"delta_mean": float(delta[valid].mean()) if valid.any() else 0.0})
+    return StageResult(
+        advantages=A.to(batch.R.dtype), metrics={"delta_mean": float(delta[valid].mean()) if valid.any() else 0.0}
+    )
 
 
 @register_stage("advantage", "distilled_rl", needs=TEACHER, group_level=True, metric_prefix="distilled_rl")
@@ -54,7 +56,12 @@ def atod_stage(batch: RolloutBatch, args: Any) -> StageResult:
     total = args.atod_anneal_steps or int(batch.extras.get("max_steps", 0))
     lam = atod_lambda(int(batch.extras.get("global_step", 0)), total, args.atod_lambda_start, args.atod_lambda_end)
     out = atod_advantages(
-        _grpo(batch, args), teacher_gap(batch), batch.extras["old_logps_t1"], batch.mask, lam, kappa_omega=args.atod_kappa_omega
+        _grpo(batch, args),
+        teacher_gap(batch),
+        batch.extras["old_logps_t1"],
+        batch.mask,
+        lam,
+        kappa_omega=args.atod_kappa_omega,
     )
     return StageResult(
         advantages=out["advantages"].to(batch.R.dtype),

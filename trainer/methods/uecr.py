@@ -72,8 +72,11 @@ def utility(batch: RolloutBatch, args: Any) -> dict[str, Any]:
     empty = ~batch.trainable
     scored = R_T[~empty]  # telemetry over the rollouts that carry teacher evidence
     metrics = {
-        **({"teacher_reward_mean": float(scored.mean()), "teacher_reward_std": float(scored.std(unbiased=False))}
-           if scored.numel() else {}),
+        **(
+            {"teacher_reward_mean": float(scored.mean()), "teacher_reward_std": float(scored.std(unbiased=False))}
+            if scored.numel()
+            else {}
+        ),
         "A_task_U_abs_mean": float(flat["A_task_U"].abs().mean()),
         "A_T_U_abs_mean": float(flat["A_T_U"].abs().mean()),
         "A_U_abs_mean": float(flat["A_U"].abs().mean()),
@@ -82,7 +85,10 @@ def utility(batch: RolloutBatch, args: Any) -> dict[str, Any]:
         "untrainable_groups": float(batch.groups(empty).all(dim=1).sum()),
         **_masked_stats("delta", delta, batch.mask),
         **_masked_stats("teacher_entropy", batch.extras["teacher_entropy"], batch.mask),
-        **{k: float(v) for k, v in audit_metrics(batch.groups(R_task), parts["R_U"], batch.groups(R_T.double())).items()},
+        **{
+            k: float(v)
+            for k, v in audit_metrics(batch.groups(R_task), parts["R_U"], batch.groups(R_T.double())).items()
+        },
     }
     return {"delta": delta, **flat, "metrics": metrics}
 
@@ -92,7 +98,7 @@ def _decomposition_error(parts: dict[str, torch.Tensor], args: Any) -> float:
     parts are what the loss uses, the direct formula is what the paper defines (F.9 telemetry)."""
     R_U = parts["R_U"].double()
     direct = (R_U - R_U.mean(1, keepdim=True)) / (R_U.std(1, unbiased=False, keepdim=True) + args.uecr_eps)
-    tied = (R_U.amax(1, keepdim=True) == R_U.amin(1, keepdim=True))
+    tied = R_U.amax(1, keepdim=True) == R_U.amin(1, keepdim=True)
     direct = torch.where(tied, torch.zeros_like(direct), direct)
     return float((direct - (parts["A_task_U"].double() + args.uecr_alpha * parts["A_T_U"].double())).abs().max())
 
@@ -125,7 +131,9 @@ def uecr_stage(batch: RolloutBatch, args: Any) -> StageResult:
         projection_norm=args.uecr_projection_norm,
     )
     w = terms["w"]
-    A = uecr_advantages(u["A_task_U"], u["A_T_U"], w, mask, alpha=args.uecr_alpha, weight_full=args.uecr_weight_full_advantage)
+    A = uecr_advantages(
+        u["A_task_U"], u["A_T_U"], w, mask, alpha=args.uecr_alpha, weight_full=args.uecr_weight_full_advantage
+    )
     valid = mask.bool()
     nonempty = valid.any(dim=1)
     mean_w = (w * mask).sum(1) / mask.sum(1).clamp(min=1)
