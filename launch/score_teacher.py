@@ -27,12 +27,25 @@ def main(argv: list[str] | None = None) -> Path:
     """Score the chosen systems of ``--eval_dir``; returns the path of the combined file."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--eval_dir", required=True, type=Path, help="launch/eval.py output_dir (one folder per system)")
-    p.add_argument("--teacher", required=True, help="frozen teacher: path, hub id or offline: alias (F.4: Qwen3-4B-GRPO)")
-    p.add_argument("--systems", nargs="*", default=None,
-                   help="system folders to score (default: every folder holding results.jsonl, oracle controls excepted)")
-    p.add_argument("--checkpoint", action="append", default=[], metavar="SYSTEM=PATH",
-                   help="score SYSTEM against PATH instead of the model its config.json names (a moved checkpoint)")
-    p.add_argument("--max_tokens", type=int, default=F4_MAX_TOKENS, help="score each response's first N tokens (F.4: 8192)")
+    p.add_argument(
+        "--teacher", required=True, help="frozen teacher: path, hub id or offline: alias (F.4: Qwen3-4B-GRPO)"
+    )
+    p.add_argument(
+        "--systems",
+        nargs="*",
+        default=None,
+        help="system folders to score (default: every folder holding results.jsonl, oracle controls excepted)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="SYSTEM=PATH",
+        help="score SYSTEM against PATH instead of the model its config.json names (a moved checkpoint)",
+    )
+    p.add_argument(
+        "--max_tokens", type=int, default=F4_MAX_TOKENS, help="score each response's first N tokens (F.4: 8192)"
+    )
     p.add_argument("--dtype", default="auto", help="weights dtype of both models (auto = the checkpoint's)")
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--micro_batch_size", type=int, default=4, help="responses per forward")
@@ -45,8 +58,12 @@ def main(argv: list[str] | None = None) -> Path:
             p.error(f"--checkpoint expects SYSTEM=PATH, got {entry!r}")
         overrides[name] = path
     if a.systems is None:
-        a.systems = sorted(d.name for d in a.eval_dir.iterdir() if (d / "results.jsonl").exists()
-                           and not json.loads((d / "config.json").read_text())["system"]["backend"].startswith("oracle"))
+        a.systems = sorted(
+            d.name
+            for d in a.eval_dir.iterdir()
+            if (d / "results.jsonl").exists()
+            and not json.loads((d / "config.json").read_text())["system"]["backend"].startswith("oracle")
+        )
     missing = [s for s in a.systems if not (a.eval_dir / s / "results.jsonl").exists()]
     if missing:
         p.error(f"--systems: no results.jsonl for {missing} under {a.eval_dir}")

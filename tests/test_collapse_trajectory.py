@@ -26,7 +26,14 @@ def synthetic_logp(context: tuple[int, ...], reasoning: tuple[int, ...]) -> floa
 
 def detector(num_samples: int, max_tokens: int = 10**9) -> CollapseDetector:
     d = CollapseDetector.__new__(CollapseDetector)
-    d.num_samples, d.max_tokens, d.seed, d._ema, d._warned_budget, d.all_turns = num_samples, max_tokens, 0, {}, False, True
+    d.num_samples, d.max_tokens, d.seed, d._ema, d._warned_budget, d.all_turns = (
+        num_samples,
+        max_tokens,
+        0,
+        {},
+        False,
+        True,
+    )
 
     def score(trainer, sampled, columns, pairs):
         sums = torch.tensor([synthetic_logp(columns[j], sampled[n].reasoning) for n, j in pairs], dtype=torch.float64)

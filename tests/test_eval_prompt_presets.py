@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # eval/prompts/qwen/math.py L1 and qa.py L1 / L4, copied verbatim (raw-string backslash kept as one backslash)
 UPSTREAM_MATH_SYSTEM = r"""Please reason step by step, and put your final answer within \boxed{}."""
-UPSTREAM_QA_SYSTEM = """Answer the following multiple-choice question. Think step by step and then finish your answer with "The answer is (X)" where X is the correct letter choice."""
+UPSTREAM_QA_SYSTEM = (
+    "Answer the following multiple-choice question. Think step by step and then finish your answer with "
+    '"The answer is (X)" where X is the correct letter choice.'
+)
 UPSTREAM_QA_FORMAT = "Question: {question}\n\nSolution:"
 
 

@@ -37,9 +37,16 @@ def scored_eval(tmp_path_factory, tiny_model):
     """A real launch/eval.py-style run of the tiny model (k 3 on two arithmetic questions, sampled at T 0.6),
     its task labels replaced by hand (a random model solves nothing) so the sweep has mixed groups."""
     out = tmp_path_factory.mktemp("alpha") / "eval"
-    cfg = EvalConfig.from_dict({"output_dir": str(out), "systems": [{"name": "step-0", "model": "offline:tiny-qwen3"}],
-                                "benchmarks": {"arithmetic": {"k": 3, "num_samples": 2}}, "entropy": False, "token_ids": True,
-                                "decoding": {"max_tokens": 10, "temperature": 0.6, "top_p": 1.0, "top_k": 0, "seed": 0}})
+    cfg = EvalConfig.from_dict(
+        {
+            "output_dir": str(out),
+            "systems": [{"name": "step-0", "model": "offline:tiny-qwen3"}],
+            "benchmarks": {"arithmetic": {"k": 3, "num_samples": 2}},
+            "entropy": False,
+            "token_ids": True,
+            "decoding": {"max_tokens": 10, "temperature": 0.6, "top_p": 1.0, "top_k": 0, "seed": 0},
+        }
+    )
     evaluate_system(cfg, cfg.systems[0], {"arithmetic": load_benchmark("arithmetic", num_samples=2, seed=0)})
     results = out / "step-0" / "results.jsonl"
     rows = [json.loads(line) for line in results.read_text().splitlines()]
@@ -59,8 +66,8 @@ def check_against_direct(records, teacher_path, tiny_model, cap):
     questions = {it.id: it.question for it in load_benchmark("arithmetic", num_samples=2, seed=0)}
     assert len(records) == 6
     for r in records:
-        text = (f"<|im_start|>user\n{questions[r['id']]}\n\nPlease reason step by step, and put your final answer within "
-                "\\boxed{}.<|im_end|>\n<|im_start|>assistant\n")
+        text = (f"<|im_start|>user\n{questions[r['id']]}\n\nPlease reason step by step, and put your final answer "
+                "within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n")
         completion = r["completion_ids"][:cap]
         expected = direct_score(teacher, checkpoint, tok.encode(text, add_special_tokens=False), completion)
         assert r["teacher_tokens"] == len(completion) > 0
@@ -72,7 +79,9 @@ def test_alpha_sweep_from_an_eval_folder_scores_with_the_teacher(scored_eval, ti
     from alpha_sweep import main as sweep
 
     out, teacher_path = scored_eval
-    report = sweep(["--eval_dir", str(out), "--teacher", teacher_path, "--replicates", "20", "--alphas", "0", "1", "50"])
+    report = sweep(
+        ["--eval_dir", str(out), "--teacher", teacher_path, "--replicates", "20", "--alphas", "0", "1", "50"]
+    )
     records = [json.loads(line) for line in (out / "teacher_scored.jsonl").read_text().splitlines()]
     check_against_direct(records, teacher_path, tiny_model, cap=8192)
     assert report["questions"] == 2 and report["checkpoints"] == ["step-0"]
@@ -90,7 +99,9 @@ def test_token_cap_and_rerun(scored_eval, tiny_model):
     from score_teacher import main as score
 
     out, teacher_path = scored_eval
-    path = score(["--eval_dir", str(out), "--teacher", teacher_path, "--max_tokens", "4", "--out", str(out / "cap4.jsonl")])
+    path = score(
+        ["--eval_dir", str(out), "--teacher", teacher_path, "--max_tokens", "4", "--out", str(out / "cap4.jsonl")]
+    )
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert all(r["teacher_max_tokens"] == 4 for r in records) and max(r["teacher_tokens"] for r in records) == 4
     check_against_direct(records, teacher_path, tiny_model, cap=4)

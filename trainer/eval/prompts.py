@@ -74,4 +74,6 @@ def prompt_messages(item: EvalItem, preset: str = "default") -> list[dict[str, s
     template, system = (p.math_user, p.math_system) if math else (p.choice_user, p.choice_system)
     content = template.format(question=question, options=format_options(choices),
                               letters=", ".join(LETTERS[: len(choices)]))
-    return ([{"role": "system", "content": system}] if system is not None else []) + [{"role": "user", "content": content}]
+    return ([{"role": "system", "content": system}] if system is not None else []) + [
+        {"role": "user", "content": content}
+    ]

@@ -47,8 +47,16 @@ SCORES_FILE = "teacher_scores.jsonl"
 
 
 @torch.no_grad()
-def group_scores(teacher: Any, checkpoint: Any, prompt_ids: Sequence[int], completions: Sequence[Sequence[int]], *,
-                 pad_token_id: int = 0, micro_batch_size: int = 4, chunk_tokens: int = 512) -> tuple[list[float], list[int]]:
+def group_scores(
+    teacher: Any,
+    checkpoint: Any,
+    prompt_ids: Sequence[int],
+    completions: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int = 0,
+    micro_batch_size: int = 4,
+    chunk_tokens: int = 512,
+) -> tuple[list[float], list[int]]:
     """Teacher scores and scored-token counts of one question's responses (all share ``prompt_ids``):
     prompt + response rows, right-padded, scored by both models in one :func:`score_tokens` call each."""
     device = next(checkpoint.parameters()).device
@@ -98,7 +106,9 @@ def load_scoring_model(path: str, dtype: str = "auto", device: str | None = None
     return model.to(device).eval().requires_grad_(False)
 
 
-def check_system(folder: str | Path, teacher_path: str, checkpoint_path: str | None = None) -> tuple[EvalConfig, str, Any]:
+def check_system(
+    folder: str | Path, teacher_path: str, checkpoint_path: str | None = None
+) -> tuple[EvalConfig, str, Any]:
     """Before any weights load: the folder's eval config, its checkpoint path and tokenizer; refuses an oracle
     control (no model) and a teacher that reads other token ids (:func:`trainer.teacher.check_vocabulary`)."""
     from transformers import AutoConfig, AutoTokenizer
