@@ -47,7 +47,8 @@ TIER_BY_FILE = {
         "test_ragen_prompts.py", "test_rewards_format.py",
         "test_seams_statistics.py", "test_data.py", "test_metamath.py", "test_recipes.py", "test_stage_registry.py",
         "test_grad_scaler_skip.py", "test_gpu_devices.py", "test_collapse_ragen.py", "test_import_contracts.py",
-        "test_docs_links.py", "test_rewards_compat.py", "test_eval_prompt_presets.py", "test_sokoban_upstream_cases.py",
+        "test_docs_links.py", "test_rewards_compat.py", "test_eval_prompt_presets.py",
+        "test_sokoban_upstream_cases.py",
     },
     "integration": {
         "test_assets.py", "test_collapse_detector.py", "test_compaction.py", "test_cov_losses_trainer.py",
