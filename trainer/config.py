@@ -372,6 +372,18 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         },
     )
 
+    micro_batch_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token budget per forward (one process): each training micro-batch -- and the old-policy and "
+            "reference log-prob passes -- runs as length-sorted chunks whose padded size, rows x (longest prompt + "
+            "longest completion), stays within this many tokens (a single longer row runs alone); each chunk is "
+            "trimmed to its own longest row and the chunk losses are weighted to equal TRL's micro-batch loss for "
+            "every loss_type (trainer/token_budget.py, docs/token-budget.md). Memory is then bounded by tokens, not "
+            "rows, so per_device_train_batch_size can be large. None = TRL's fixed row micro-batches."
+        },
+    )
+
     def __post_init__(self) -> None:
         self._validate_winnow()
         super().__post_init__()
@@ -455,6 +467,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         if self.val_before_train and str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "no":
             raise ConfigError("val_before_train", "needs an evaluation set and schedule", "set eval_strategy: steps "
                               "(environment tasks then validate on env_eval_levels held-out levels)")
+        self._validate_micro_batch_tokens()
         if self.entropy_aggregation == "loss_type" and (self.use_adaptive_entropy or self.top_entropy_quantile < 1.0):
             raise ConfigError("entropy_aggregation", "'loss_type' is defined for a static entropy_coef on every token "
                               "(not with use_adaptive_entropy or top_entropy_quantile < 1)", "use 'token_mean'")
@@ -475,6 +488,27 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                     f"(got {self.num_generations})",
                     "set num_generations >= 2",
                 )
+
+    def _validate_micro_batch_tokens(self) -> None:
+        """The chunked loss is exact only where TRL's loss is a sum over rows and tokens with micro-batch
+        normalisers; these settings choose tokens or update state over the whole micro-batch."""
+        budget = self.micro_batch_tokens
+        if budget is None:
+            return
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ConfigError("micro_batch_tokens", f"must be a positive number of tokens or null (got {budget!r})",
+                              "use e.g. 16384 (a few times max_prompt_length + max_completion_length), or null")
+        for name, off, what in (
+            ("top_entropy_quantile", 1.0, "its entropy quantile is taken over the whole micro-batch"),
+            ("use_adaptive_entropy", False, "its controller updates inside each loss call"),
+        ):
+            if getattr(self, name) != off:
+                raise ConfigError("micro_batch_tokens", f"cannot be combined with {name}={getattr(self, name)!r} "
+                                  f"({what})", f"set {name}: {off}, or micro_batch_tokens: null")
+        if self.loss_variant in ("clip_cov", "kl_cov"):
+            raise ConfigError("micro_batch_tokens", f"loss_variant {self.loss_variant!r} chooses its tokens over the "
+                              "whole micro-step, so chunks would change the choice",
+                              "use micro_batch_tokens: null with this loss variant")
 
     def _validate_snr_and_collapse(self) -> None:
         if not self.snr_value > 0:

@@ -29,6 +29,7 @@ from .dynamic_sampling import DynamicSampler
 from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from .entropy_bonus import loss_with_aggregated_entropy
 from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
+from .phase_timing import PhaseTimer, PhaseTimingCallback
 from .prefill import prefill_ids, with_prefill
 from .reward_guard import RewardGuard
 from .reward_variance_stop import (
@@ -42,6 +43,7 @@ from .rollout_batch import RolloutBatch, gather_padded
 from .server_generation import generation_class
 from .startup_checks import check_before_load, cuda_usable, weight_sync_kind
 from .teacher import load_teacher, score_tokens
+from .token_budget import chunked_logps, chunked_loss
 from .vllm_server import harden_client, wait_for_server
 
 # Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
@@ -76,6 +78,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if sync in ("disk", "lora"):
             self.vllm_generation.on_sync = self._log_weight_sync
         self._stage_needs = stages.required_inputs(args)
+        self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/phase_timing.py)
+        self.add_callback(PhaseTimingCallback(self._timer, self))
+        if callable(getattr(getattr(self, "vllm_generation", None), "sync_weights", None)):
+            self.vllm_generation.sync_weights = self._timer.wrap("weight_sync", self.vllm_generation.sync_weights)
         self._global_rewards_per_func: torch.Tensor | None = None
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
         self._empty_steps = EmptyStepGuard(args.snr_empty_stop_steps) if stages.can_remove_rollouts(args) else None
@@ -96,6 +102,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # The frozen teacher exists only when a configured stage scores with it (off means off).
         self._teacher = load_teacher(args, self.accelerator, self._tokenizer) if "teacher" in self._stage_needs else None
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
+        if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
+            raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
+                              "chunks would change it", "use micro_batch_tokens: null with output_router_logits")
         # the latest generation batch: nothing to train on? and where its kept rows go (trainer/step_dealing.py)
         self._generation: tuple[bool, DealPlan | None] | None = None
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
@@ -115,7 +124,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         think prefill, single-turn replies are scored with it in front (the multi-turn rollout parses its own)."""
         if self.args.think_prefill and self.rollout_func is None:
             completions = with_prefill(completions, THINK_PREFILL)
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        with self._phase("reward"):
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._reward_guard.raise_if_failed(self.accelerator)
         self._global_rewards_per_func = rewards_per_func
         return rewards_per_func
@@ -133,11 +143,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
         step = self.state.global_step + 1
         if self._collapse is not None and self._collapse.due(step):
             # On the unfiltered batch, before any stage removes rollouts (RAGEN's order).
-            traces = self._collapse.batch_traces(self, output)
-            for name, value in self._collapse.check(self, traces, step).items():
-                self._metrics["train"][f"collapse/{name}"].append(value)
+            with self._phase("collapse_check"):
+                traces = self._collapse.batch_traces(self, output)
+                for name, value in self._collapse.check(self, traces, step).items():
+                    self._metrics["train"][f"collapse/{name}"].append(value)
         batch = self._build_rollout_batch(output, initial_keep)
-        decision = stages.run_pipeline(batch, self.args)
+        with self._phase("stage_pipeline"):
+            decision = stages.run_pipeline(batch, self.args)
         if self.args.loss_variant == "naive_hybrid":  # its OPD term needs delta in every micro-batch
             from .methods.teacher_baselines import TEACHER_DELTA_KEY
             from .methods.uecr import teacher_gap
@@ -146,7 +158,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             rank = self.accelerator.process_index
             output[TEACHER_DELTA_KEY] = teacher_gap(batch)[rank * B : (rank + 1) * B, :T].float()
         trained_batch_metrics.table_advantages(self._logs, decision.advantages, batch.mask)
-        self._apply_decision(output, decision)
+        with self._phase("stage_pipeline"):
+            self._apply_decision(output, decision)
         if self._generation is not None:
             empty = not bool((decision.keep & batch.trainable).any())
             self._generation = (empty, self._generation[1])
@@ -185,6 +198,16 @@ class WinnowGRPOTrainer(GRPOTrainer):
         return output, keep
 
     def training_step(self, model, inputs, num_items_in_batch):
+        """:meth:`_training_step`, its time outside ``_prepare_inputs`` (generation and scoring) logged as
+        ``timing_s/loss_fwd_bwd``."""
+        start, prepared = time.perf_counter(), self._timer.prepare_seconds
+        try:
+            return self._training_step(model, inputs, num_items_in_batch)
+        finally:
+            spent = time.perf_counter() - start - (self._timer.prepare_seconds - prepared)
+            self._timer.seconds["loss_fwd_bwd"] += spent
+
+    def _training_step(self, model, inputs, num_items_in_batch):
         """TRL's training step, except for micro-batches of an optimizer step that holds no kept rollout on any
         rank (``winnow_all_dropped``, trainer/step_dealing.py): outside DeepSpeed they run no forward and no
         backward at all -- every rank skips together, the decision being global -- and the optimizer step is
@@ -208,7 +231,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if self._prepared is not None:
             inputs, self._prepared = self._prepared, None
             return inputs
+        start = time.perf_counter()
         inputs = super()._prepare_inputs(generation_batch)
+        self._timer.prepare_seconds += time.perf_counter() - start
         if self.model.training and self._empty_steps is not None:
             if self._generation is not None:  # TRL just generated and split a new batch
                 inputs = self._deal_generation()
@@ -233,10 +258,53 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""
-        loss = stages.get_stage("loss_variant", self.args.loss_variant).fn(self, model, inputs)
+        fn = stages.get_stage("loss_variant", self.args.loss_variant).fn
+        if self.args.micro_batch_tokens is not None and model.training and torch.is_grad_enabled():
+            # token-budget chunks, each forward + backward, weighted to this loss (trainer/token_budget.py)
+            loss = chunked_loss(self, model, inputs, fn, self.accelerator.backward)
+        else:
+            loss = fn(self, model, inputs)
+            if model.training and torch.is_grad_enabled():  # what the row micro-batch's forward paid for
+                metrics = self._metrics["train"]
+                metrics["tokens/padded_loss"].append(float(inputs["prompt_ids"].numel() + inputs["completion_ids"].numel()))
+                metrics["tokens/real_loss"].append(float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()))
         if self._numerics is not None and model.training:
             self._numerics.observe_loss(self, loss)
         return loss
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **kwargs):
+        """TRL's log-prob pass; with ``micro_batch_tokens``, its batched no-grad passes (old policy, reference:
+        the calls that pass ``batch_size``) run over token-budget chunks instead of row slices."""
+        forward = super()._get_per_token_logps_and_entropies
+        if batch_size is None or torch.is_grad_enabled():  # the loss's own forward, or a one-off pass
+            return forward(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                           compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
+        name = "ref_logps" if model is getattr(self, "ref_model", None) else "old_logps"
+        metrics = self._metrics["train"] if self.model.training else None
+        with self._phase(name):
+            if self.args.micro_batch_tokens is None or compute_aux_loss or any(v is not None for v in kwargs.values()):
+                if metrics is not None:
+                    metrics[f"tokens/padded_{name}"].append(float(input_ids.numel()))
+                    metrics[f"tokens/real_{name}"].append(float(attention_mask.sum()))
+                return forward(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                               compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
+            return chunked_logps(forward, model, input_ids, attention_mask, logits_to_keep,
+                                 self.args.micro_batch_tokens, compute_entropy, metrics, name)
+
+    def _generate(self, prompts: list):
+        """TRL's generation (rollout_func included), timed as ``timing_s/generation`` less the weight sync in it."""
+        synced, start = self._timer.seconds.get("weight_sync", 0.0), time.perf_counter()
+        try:
+            return super()._generate(prompts)
+        finally:
+            if self.model.training:
+                sync = self._timer.seconds.get("weight_sync", 0.0) - synced
+                self._timer.seconds["generation"] += time.perf_counter() - start - sync
+
+    def _phase(self, name: str):
+        """Time a training phase (evaluation passes are not a training step's time)."""
+        return self._timer.phase(name) if self.model.training else nullcontext()
 
     def _get_output_dir(self, trial):
         """Trainer's run folder -- or, while a checkpoint is being written, its staging folder."""
@@ -347,7 +415,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             return None if t is None else gather_padded(acc, t, pad)
 
         needs = self._stage_needs
-        scores = self._teacher_scores(output) if "teacher" in needs else {}
+        with self._phase("teacher_scoring"):
+            scores = self._teacher_scores(output) if "teacher" in needs else {}
         sampling_t = scores.pop("old_logps_sampling_t", None)  # same forward as T = 1, at the sampling temperature
         old_logps = entropies = None
         if needs & {"old_logps", "entropies"}:
@@ -493,6 +562,10 @@ def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
             "(or use_cpu is true)",
             "use weight_sync: disk (full weights through a shared folder) or lora (PEFT adapters), or 'auto'",
         )
+    if args.micro_batch_tokens is not None and (PartialState().num_processes > 1 or args.deepspeed):
+        raise ConfigError("micro_batch_tokens", "token-budget chunks run on one process without DeepSpeed for now "
+                          "(chunk counts are not yet equalised across ranks, and DeepSpeed steps on each backward)",
+                          "use micro_batch_tokens: null for multi-process or DeepSpeed runs")
     if args.old_logps_source != "sampler":
         return
     if not args.use_vllm and rollout_func is None:

@@ -1,0 +1,75 @@
+"""Where a step goes: per-phase wall time, logged once per optimizer step as ``timing_s/<phase>`` (verl's
+``timing_s/*``), so a generation-bound run can be told from a trainer-bound one.
+
+Phases are disjoint wall-clock seconds of this process: ``generation`` (TRL's ``_generate``, less the weight sync it
+runs first), ``weight_sync`` (vLLM server weight push), ``reward`` (reward functions), ``old_logps`` / ``ref_logps``
+(the no-grad log-prob passes), ``teacher_scoring``, ``collapse_check``, ``stage_pipeline`` (filter -> dropout ->
+advantage and the batch re-deal), ``loss_fwd_bwd`` (the micro-steps' forward + backward, everything of
+``training_step`` outside the generation phase) and ``optimizer`` (``optimizer.step``). A phase that did not run in
+a step is not logged for it (generation runs once per generation batch). Only transformers' callback hooks and
+the trainer's own override points are used; no CUDA synchronisation is added (on GPU a phase's time is where the
+host waited, as in verl's timers).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from transformers import TrainerCallback
+
+PREFIX = "timing_s/"
+
+
+class PhaseTimer:
+    """Seconds per phase, accumulated over one optimizer step and then flushed into the trainer's metrics."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._optimizer_start: float | None = None
+        self.prepare_seconds = 0.0  # running total inside _prepare_inputs (subtracted from loss_fwd_bwd)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` block to ``name``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` with every call timed as ``name``."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.phase(name):
+                return fn(*args, **kwargs)
+
+        return timed
+
+    def flush(self, metrics: dict[str, list]) -> None:
+        """Append this step's totals (``timing_s/*``) and start the next step."""
+        for name, seconds in self.seconds.items():
+            metrics[PREFIX + name].append(seconds)
+        self.seconds.clear()
+
+
+class PhaseTimingCallback(TrainerCallback):
+    """Times ``optimizer.step`` (between transformers' pre/post optimizer hooks) and flushes each step's phases
+    before the step is logged."""
+
+    def __init__(self, timer: PhaseTimer, trainer: Any):
+        self.timer, self.trainer = timer, trainer
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.timer._optimizer_start = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.timer._optimizer_start is not None:
+            self.timer.seconds["optimizer"] += time.perf_counter() - self.timer._optimizer_start
+            self.timer._optimizer_start = None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.timer.flush(self.trainer._metrics["train"])
