@@ -18,10 +18,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
-
 import torch  # noqa: E402
-from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402
+from benchlib import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
+from harness import (  # noqa: E402
+    BASE_ARGS,
+    deterministic_rollout_func,
+    prompt_dataset,
+    reward_length,
+    reward_token_parity,
+    tiny_model_path,
+)
 
 from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage  # noqa: E402
 
@@ -38,8 +44,16 @@ def keep_ratio(batch, args) -> StageResult:
 
 def prepared_batch(ratio: float, compact: bool, rows: int, out: str) -> tuple[WinnowGRPOTrainer, list[dict]]:
     os.environ["BENCH_KEEP_RATIO"] = str(ratio)
-    args = WinnowConfig(output_dir=out, **{**BASE_ARGS, "per_device_train_batch_size": rows, "max_completion_length": 32,
-                                         "rollout_dropout": "bench_keep_ratio", "compact_batch": compact})
+    args = WinnowConfig(
+        output_dir=out,
+        **{
+            **BASE_ARGS,
+            "per_device_train_batch_size": rows,
+            "max_completion_length": 32,
+            "rollout_dropout": "bench_keep_ratio",
+            "compact_batch": compact,
+        },
+    )
     tr = WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=[reward_token_parity, reward_length], args=args,
                            train_dataset=prompt_dataset(rows), rollout_func=deterministic_rollout_func)
     tr.model.train()
@@ -67,7 +81,9 @@ def run(reps: int = 5, rows: int = 64) -> dict:
         for _ in range(reps):
             for key, (tr, mbs) in configs.items():
                 times.setdefault(key, []).append(loss_phase_seconds(tr, mbs))
-        trained_rows = {key: sum(int(mb["completion_ids"].shape[0]) for mb in mbs) for key, (_, mbs) in configs.items()}
+        trained_rows = {
+            key: sum(int(mb["completion_ids"].shape[0]) for mb in mbs) for key, (_, mbs) in configs.items()
+        }
     med = {key: statistics.median(v) for key, v in times.items()}
     base = med[(1.0, True)]
     return {
@@ -94,9 +110,12 @@ def main() -> None:
     print(f"loss phase (forward + backward), {result['rows_per_generation']} rollouts per generation batch, "
           f"median of {result['reps']}:")
     for row in result["by_keep_ratio"]:
-        print(f"  keep {row['keep_ratio']:.2f}: compacted {row['compacted_s'] * 1e3:7.1f} ms ({row['compacted_rows']} rows) "
-              f"= {row['compacted_vs_keep_all']:.2f}x keep-all; masked {row['masked_s'] * 1e3:7.1f} ms "
-              f"({row['masked_rows']} rows); compacted/masked {row['compacted_vs_masked']:.2f}")
+        print(
+            f"  keep {row['keep_ratio']:.2f}: compacted {row['compacted_s'] * 1e3:7.1f} ms "
+            f"({row['compacted_rows']} rows) "
+            f"= {row['compacted_vs_keep_all']:.2f}x keep-all; masked {row['masked_s'] * 1e3:7.1f} ms "
+            f"({row['masked_rows']} rows); compacted/masked {row['compacted_vs_masked']:.2f}"
+        )
 
 
 if __name__ == "__main__":

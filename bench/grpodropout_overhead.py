@@ -20,10 +20,20 @@ from __future__ import annotations
 import statistics
 import tempfile
 
-from benchlib import timed, training_bench_args, write_json  # first: puts the repo and tests/ on sys.path, sets the environment
-
 import torch  # noqa: E402
-from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity, tiny_model_path  # noqa: E402
+from benchlib import (  # first: puts the repo and tests/ on sys.path, sets the environment
+    timed,
+    training_bench_args,
+    write_json,
+)
+from harness import (  # noqa: E402
+    BASE_ARGS,
+    deterministic_rollout_func,
+    prompt_dataset,
+    reward_length,
+    reward_token_parity,
+    tiny_model_path,
+)
 
 from trainer import WinnowConfig, WinnowGRPOTrainer  # noqa: E402
 from trainer import grpo_trainer as trainer_module  # noqa: E402

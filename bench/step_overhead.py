@@ -168,7 +168,9 @@ def build(kind: str, model: str, out: str, steps: int, aa: bool = False):
 
     cls, cfg = (GRPOTrainer, GRPOConfig) if kind == "trl" or aa else (WinnowGRPOTrainer, WinnowConfig)
     args = cfg(output_dir=os.path.join(out, kind), **{**BASE_ARGS, "max_steps": steps, "logging_steps": 1})
-    return cls(model=model, reward_funcs=[reward_token_parity, reward_length], args=args, train_dataset=prompt_dataset())
+    return cls(
+        model=model, reward_funcs=[reward_token_parity, reward_length], args=args, train_dataset=prompt_dataset()
+    )
 
 
 def _summary(label: str, win: list[float], trl: list[float]) -> str:

@@ -30,10 +30,10 @@ def measure(kind: str, length: int, chunk_tokens: int) -> dict:
     import time
 
     import torch
+    from transformers import AutoModelForCausalLM
 
     from trainer.assets import make_tiny_qwen3
     from trainer.teacher import score_tokens
-    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(make_tiny_qwen3())).eval()
     ids = torch.randint(100, 20000, (1, length + 1), generator=torch.Generator().manual_seed(0))
@@ -91,8 +91,13 @@ def main() -> None:
         r["naive_mb"], r["naive_extrapolated"] = naive, r["naive"] is None
         # the checksums must agree where both ran: the two scorers compute the same numbers
         if r["naive"]:
-            assert abs(r["naive"]["checksum"] - r["chunked"]["checksum"]) <= 1e-3 * max(1.0, abs(r["naive"]["checksum"]))
-        print(f"{r['length']:>7} {r['chunked']['peak_mb']:>11.0f} {naive:>10.0f}{note} {naive / max(r['chunked']['peak_mb'], 1):>8.1f}x")
+            assert abs(r["naive"]["checksum"] - r["chunked"]["checksum"]) <= 1e-3 * max(
+                1.0, abs(r["naive"]["checksum"])
+            )
+        print(
+            f"{r['length']:>7} {r['chunked']['peak_mb']:>11.0f} {naive:>10.0f}{note} "
+            f"{naive / max(r['chunked']['peak_mb'], 1):>8.1f}x"
+        )
     if args.json:
         benchlib.write_json(args.json, {"vocab": VOCAB, "chunk_tokens": args.chunk_tokens, "rows": rows})
 

@@ -3,8 +3,8 @@ predicted cost on GPU for Qwen3-4B/8B next to NCCL's (bytes moved over stated ba
 
 For each size a server is started (``launch/vllm_server.py``, LoRA enabled, bf16), the trainer-side sync objects of
 trainer/weight_sync.py run exactly as in training (TRL's ``VLLMGeneration`` with our ``_init_vllm``/``sync_weights``,
-one process) ``--reps`` times each, and the medians are reported split into write (trainer: gather + cast + safetensors)
-and load (server: reload_weights or load_lora_adapter, + prefix-cache reset).
+one process) ``--reps`` times each, and the medians are reported split into write (trainer: gather + cast +
+safetensors) and load (server: reload_weights or load_lora_adapter, + prefix-cache reset).
 
     .venv/bin/python bench/weight_sync_cost.py --json bench/results/weight_sync_cost.json
 """

@@ -79,11 +79,15 @@ class Level:
         lines = [line.strip() for line in text.strip("\n").splitlines()]
         if not lines or len({len(line) for line in lines}) != 1:
             raise ValueError("Level.from_text: give a non-empty rectangle of symbols, one line per row")
-        cells: dict[str, set[Cell]] = {s: set() for s in (WALL, EMPTY, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET)}
+        cells: dict[str, set[Cell]] = {
+            s: set() for s in (WALL, EMPTY, TARGET, BOX_ON_TARGET, BOX, PLAYER, PLAYER_ON_TARGET)
+        }
         for r, line in enumerate(lines):
             for c, symbol in enumerate(line):
                 if symbol not in cells:
-                    raise ValueError(f"Level.from_text: unknown symbol {symbol!r} at ({r}, {c}); use one of {''.join(cells)}")
+                    raise ValueError(
+                        f"Level.from_text: unknown symbol {symbol!r} at ({r}, {c}); use one of {''.join(cells)}"
+                    )
                 cells[symbol].add((r, c))
         players = cells[PLAYER] | cells[PLAYER_ON_TARGET]
         if len(players) != 1:
@@ -156,7 +160,9 @@ def _reverse_play(
     return best
 
 
-def _attempt(rows: int, cols: int, num_boxes: int, search_depth: int, num_gen_steps: int, rng: random.Random) -> Level | None:
+def _attempt(
+    rows: int, cols: int, num_boxes: int, search_depth: int, num_gen_steps: int, rng: random.Random
+) -> Level | None:
     """One generation attempt; None when the room is too small or no box could be pulled off its target."""
     floor_cells = _carve_room(rows, cols, num_gen_steps, rng)
     if len(floor_cells) <= num_boxes + 1:  # the player needs a free cell to start pulling
@@ -174,7 +180,11 @@ def _attempt(rows: int, cols: int, num_boxes: int, search_depth: int, num_gen_st
     if rng.random() <= (0.8 if distance == 1 else 0.5):
         visited = {pos}
         for step in range(3):
-            options = [n for n in (pos - cols, pos + cols, pos - 1, pos + 1) if n in floor and n not in boxes and n not in visited]
+            options = [
+                n
+                for n in (pos - cols, pos + cols, pos - 1, pos + 1)
+                if n in floor and n not in boxes and n not in visited
+            ]
             if not options:
                 break
             pos = rng.choice(options)
@@ -193,7 +203,9 @@ def _attempt(rows: int, cols: int, num_boxes: int, search_depth: int, num_gen_st
 
 
 @functools.lru_cache(maxsize=4096)
-def _generate_cached(dim_room: Cell, num_boxes: int, search_depth: int, num_gen_steps: int, seed: int, max_attempts: int) -> Level:
+def _generate_cached(
+    dim_room: Cell, num_boxes: int, search_depth: int, num_gen_steps: int, seed: int, max_attempts: int
+) -> Level:
     rows, cols = dim_room
     for attempt in range(max_attempts):
         # str seeds go through SHA-512 in CPython: stable across processes, unlike hash() (flaw §7.4).
@@ -209,7 +221,12 @@ def _generate_cached(dim_room: Cell, num_boxes: int, search_depth: int, num_gen_
 
 
 def generate_level(
-    dim_room: Iterable[int], num_boxes: int, search_depth: int, num_gen_steps: int | None, seed: int, max_attempts: int = 100
+    dim_room: Iterable[int],
+    num_boxes: int,
+    search_depth: int,
+    num_gen_steps: int | None,
+    seed: int,
+    max_attempts: int = 100,
 ) -> Level:
     """The level for ``seed`` under this configuration: a pure, cached function of its arguments (a group of
     episodes sharing a seed generates once). ``num_gen_steps`` None -> int(1.7 * (rows + cols)). Raises
@@ -223,7 +240,12 @@ def generate_level(
 
 
 def _check_int(name: str, value: Any, minimum: int, example: str, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum or (maximum is not None and value > maximum):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Integral)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ValueError(f"{name} must be an integer {bound} (got {value!r}); e.g. {name}={example}")
     return int(value)
@@ -258,7 +280,9 @@ class SokobanEnv(TextEnv):
         if not isinstance(dim_room, (tuple, list)) or len(dim_room) != 2:
             raise ValueError(f"dim_room must be a (rows, cols) pair (got {dim_room!r}); e.g. dim_room=(6, 6)")
         if any(isinstance(d, bool) or not isinstance(d, Integral) or d < MIN_DIM for d in dim_room):
-            raise ValueError(f"dim_room must be two integers >= {MIN_DIM} (rows, cols) (got {dim_room!r}); e.g. dim_room=(6, 6)")
+            raise ValueError(
+                f"dim_room must be two integers >= {MIN_DIM} (rows, cols) (got {dim_room!r}); e.g. dim_room=(6, 6)"
+            )
         rows, cols = self.dim_room = (int(dim_room[0]), int(dim_room[1]))
         interior = (rows - 2) * (cols - 2)
         # Leave at least one interior cell besides the boxes and the player (the walk rarely carves them all).
@@ -274,7 +298,9 @@ class SokobanEnv(TextEnv):
                 "e.g. observation_format='grid_coord'"
             )
         self.observation_format = observation_format
-        self.max_generation_attempts = _check_int("max_generation_attempts", max_generation_attempts, 1, "100", maximum=10_000)
+        self.max_generation_attempts = _check_int(
+            "max_generation_attempts", max_generation_attempts, 1, "100", maximum=10_000
+        )
         self._level: Level | None = None
         self._player: Cell = (0, 0)
         self._boxes: set[Cell] = set()
@@ -393,9 +419,10 @@ class SokobanEnv(TextEnv):
         rows, cols = (self._level.rows, self._level.cols) if self._level is not None else self.dim_room
         shown = {
             "grid": "You see the board as a grid of symbols, one line per row.",
-            "coord": "You see the board as lists of (row, column) coordinates of walls, targets, boxes and the player.",
-            "grid_coord": "You see the coordinates of the targets, boxes and player, then the board as a grid of symbols, "
-            "one line per row.",
+            "coord": "You see the board as lists of (row, column) coordinates of walls, targets, boxes and "
+            "the player.",
+            "grid_coord": "You see the coordinates of the targets, boxes and player, then the board as a grid of "
+            "symbols, one line per row.",
         }[self.observation_format]
         return (
             "You are solving a Sokoban puzzle. You are the player, and your goal is to push every box onto a target; "

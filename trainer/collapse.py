@@ -3,8 +3,8 @@
 Every ``collapse_every`` steps (and at step 1) the trainer hands the *unfiltered* global batch to
 :class:`CollapseDetector`. It extracts (X, Z) pairs -- X = the context up to and including the opening think
 tag, Z = the exact sampled reasoning tokens up to the closing tag -- samples up to ``collapse_num_samples``
-traces (seeded, identical on every rank), scores each Z under every distinct X among the sampled traces with the current
-policy (teacher-forced, no grad, at the sampling temperature, through TRL's own log-prob helper so PEFT,
+traces (seeded, identical on every rank), scores each Z under every distinct X among the sampled traces with the
+current policy (teacher-forced, no grad, at the sampling temperature, through TRL's own log-prob helper so PEFT,
 ZeRO-3 and the fused LM head behave as in the loss), and logs the MI family of :func:`mi_metrics` on the
 per-token mean (``collapse/*``) and summed (``collapse/*_seq``) log-prob matrices.
 
@@ -117,7 +117,9 @@ def _text_traces(prompts: list[list[int]], completions: list[list[int]], tokeniz
 
     opening = tuple(tokenizer.encode(THINK_OPEN, add_special_tokens=False))
     prefilled_any = any(tuple(p[-len(opening):]) == opening for p in prompts)
-    if not prefilled_any and not any(THINK_OPEN in tokenizer.decode(c, skip_special_tokens=False) for c in completions):
+    if not prefilled_any and not any(
+        THINK_OPEN in tokenizer.decode(c, skip_special_tokens=False) for c in completions
+    ):
         # no reasoning anywhere (a model that does not think): the whole first turn, flagged, as the token path does
         traces = [Trace(tuple(p), tuple(c)) if c else None for p, c in zip(prompts, completions)]
         return traces, [tuple(p) for p in prompts], True

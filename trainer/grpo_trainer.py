@@ -38,10 +38,10 @@ from .reward_variance_stop import (
     RewardVarianceStopCallback,
     mean_group_reward_std,
 )
-from .step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, redeal
 from .rollout_batch import RolloutBatch, gather_padded
 from .server_generation import generation_class
 from .startup_checks import check_before_load, cuda_usable, weight_sync_kind
+from .step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, redeal
 from .teacher import load_teacher, score_tokens
 from .token_budget import chunked_logps, chunked_loss
 from .vllm_server import harden_client, wait_for_server
@@ -57,10 +57,14 @@ class WinnowGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer with the winnow stage pipeline. Takes the same arguments: ``args`` is a
     :class:`WinnowConfig`, a plain ``GRPOConfig`` (every stage off) or None (TRL's default config)."""
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: WinnowConfig | GRPOConfig | None = None, **kwargs: Any):
+    def __init__(
+        self, model: Any, reward_funcs: Any = None, args: WinnowConfig | GRPOConfig | None = None, **kwargs: Any
+    ):
         args = as_winnow_config(args, model)
         _validate_runtime(args, kwargs.get("rollout_func"))
-        check_before_load(args, model, kwargs.get("peft_config"))  # W&B, vLLM for NCCL, fp32 masters (startup_checks.py)
+        check_before_load(
+            args, model, kwargs.get("peft_config")
+        )  # W&B, vLLM for NCCL, fp32 masters (startup_checks.py)
         server = _server_url(args)
         sync = weight_sync_kind(args)
         if sync == "nccl" and PartialState().is_main_process:
@@ -91,7 +95,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if self._numerics is not None:
             self.add_callback(NonFiniteStepCallback(self, self._numerics))
         self._rv_stop = None
-        if args.reward_variance_stop_steps > 0:  # RAGEN's reward-variance collapse stop (trainer/reward_variance_stop.py)
+        if (
+            args.reward_variance_stop_steps > 0
+        ):  # RAGEN's reward-variance collapse stop (trainer/reward_variance_stop.py)
             self._rv_stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
             per_batch = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
             self.add_callback(RewardVarianceStopCallback(self._rv_stop, per_batch))
@@ -100,7 +106,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
         self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
         # The frozen teacher exists only when a configured stage scores with it (off means off).
-        self._teacher = load_teacher(args, self.accelerator, self._tokenizer) if "teacher" in self._stage_needs else None
+        self._teacher = (
+            load_teacher(args, self.accelerator, self._tokenizer) if "teacher" in self._stage_needs else None
+        )
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
         if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
             raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
@@ -190,7 +198,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if self._dynamic.last_sources is not None:  # the batch was assembled: relog it, rebuild the table
             acc, pad = self.accelerator, self._tokenizer.pad_token_id
             tool = output.get("tool_mask")
-            kept = torch.ones(N, dtype=torch.bool, device=self._global_rewards_per_func.device) if keep is None else keep
+            kept = (
+                torch.ones(N, dtype=torch.bool, device=self._global_rewards_per_func.device) if keep is None else keep
+            )
             trained_batch_metrics.relog_rounds(
                 self, marks, kept, gather_padded(acc, output["completion_ids"], pad),
                 gather_padded(acc, output["completion_mask"]), None if tool is None else gather_padded(acc, tool))
@@ -247,10 +257,14 @@ class WinnowGRPOTrainer(GRPOTrainer):
         steps = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
         if plan is not None:
             self._buffered_inputs = redeal(
-                self._buffered_inputs, plan, self.accelerator.process_index,
+                self._buffered_inputs,
+                plan,
+                self.accelerator.process_index,
                 row_normalised=self.loss_type in ROW_NORMALISED_LOSSES,
                 token_normalised=self.loss_type in ("dapo", "cispo", "vespo"),
-                reduce_sum=lambda t: self.accelerator.reduce(t, reduction="sum") if self.accelerator.num_processes > 1 else t,
+                reduce_sum=lambda t: (
+                    self.accelerator.reduce(t, reduction="sum") if self.accelerator.num_processes > 1 else t
+                ),
             )
             steps = plan.updates()
         self._empty_steps.observe_generation(self, empty, 0 if empty else steps)
@@ -266,8 +280,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
             loss = fn(self, model, inputs)
             if model.training and torch.is_grad_enabled():  # what the row micro-batch's forward paid for
                 metrics = self._metrics["train"]
-                metrics["tokens/padded_loss"].append(float(inputs["prompt_ids"].numel() + inputs["completion_ids"].numel()))
-                metrics["tokens/real_loss"].append(float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()))
+                metrics["tokens/padded_loss"].append(
+                    float(inputs["prompt_ids"].numel() + inputs["completion_ids"].numel())
+                )
+                metrics["tokens/real_loss"].append(
+                    float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+                )
         if self._numerics is not None and model.training:
             self._numerics.observe_loss(self, loss)
         return loss
@@ -453,7 +471,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         teacher = score_tokens(self._teacher, input_ids, attention_mask, T, with_entropy=True, **common)
         seconds = time.perf_counter() - start
-        student = score_tokens(self.model, input_ids, attention_mask, T, temperatures=(1.0, self.temperature), **common)
+        student = score_tokens(
+            self.model, input_ids, attention_mask, T, temperatures=(1.0, self.temperature), **common
+        )
         metrics = self._metrics["train"]
         metrics["teacher/score_seconds"].append(seconds)
         metrics["teacher/forwards"].append(float(teacher["forwards"]))
@@ -505,8 +525,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if bool(decision.keep.all()):
             return  # nothing removed: TRL's masks and normalisers stay untouched (off means off)
         S, world, K = self.args.steps_per_generation, acc.num_processes, int(decision.keep.sum())
-        plan = dict(mode=self.args.filtered_updates, micro_batches=S, accumulation=self.args.gradient_accumulation_steps,
-                    first_micro_step=self._step, passes=self.num_iterations)
+        plan = dict(
+            mode=self.args.filtered_updates,
+            micro_batches=S,
+            accumulation=self.args.gradient_accumulation_steps,
+            first_micro_step=self._step,
+            passes=self.num_iterations,
+        )
         if self.args.compact_batch:
             micro_rows = compacted_micro_rows(K, world, S, plan["accumulation"], self.args.per_device_train_batch_size,
                                               plan["mode"])

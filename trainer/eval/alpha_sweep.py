@@ -50,8 +50,15 @@ class Group:
         return bool(self.R.max() > self.R.min())
 
 
-def load_groups(path: str | Path, *, reward_key: str = "correct", score_key: str = "teacher_score",
-                question_key: str = "id", checkpoint_key: str = "system", benchmark_key: str = "benchmark") -> list[Group]:
+def load_groups(
+    path: str | Path,
+    *,
+    reward_key: str = "correct",
+    score_key: str = "teacher_score",
+    question_key: str = "id",
+    checkpoint_key: str = "system",
+    benchmark_key: str = "benchmark",
+) -> list[Group]:
     """Groups of a JSON-lines file, keyed by (checkpoint, benchmark, question); records lacking a field fail loudly."""
     rows: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
@@ -60,8 +67,10 @@ def load_groups(path: str | Path, *, reward_key: str = "correct", score_key: str
         rec = json.loads(line)
         missing = [k for k in (reward_key, score_key, question_key) if k not in rec]
         if missing:
-            raise ValueError(f"{path}:{n}: record lacks {missing}; pass --reward_key/--score_key/--question_key to name "
-                             f"the fields (found {sorted(rec)})")
+            raise ValueError(
+                f"{path}:{n}: record lacks {missing}; pass --reward_key/--score_key/--question_key to name "
+                f"the fields (found {sorted(rec)})"
+            )
         question = f"{rec.get(benchmark_key, '')}/{rec[question_key]}"
         rows[(str(rec.get(checkpoint_key, "")), question)].append((float(rec[reward_key]), float(rec[score_key])))
     return [Group(c, q, np.array([r for r, _ in v]), np.array([s for _, s in v])) for (c, q), v in rows.items()]
@@ -85,7 +94,12 @@ def group_counts(g: Group, alphas: Sequence[float]) -> dict[str, np.ndarray]:
     centred = g.R - g.R.mean()
     signed = centred != 0
     flips = (np.sign(A_U[:, signed]) != np.sign(centred[signed])[None, :]).sum(axis=1)
-    return {"inverted": inverted, "pairs": np.full(len(a), len(i)), "flips": flips, "signed": np.full(len(a), int(signed.sum()))}
+    return {
+        "inverted": inverted,
+        "pairs": np.full(len(a), len(i)),
+        "flips": flips,
+        "signed": np.full(len(a), int(signed.sum())),
+    }
 
 
 def sweep(groups: Iterable[Group], alphas: Sequence[float] = DEFAULT_ALPHAS) -> list[dict[str, float]]:
@@ -123,8 +137,13 @@ def alpha_star_summary(groups: Iterable[Group]) -> dict[str, float]:
     finite = stars[np.isfinite(stars)]
     # order statistics (no interpolation: +inf thresholds are values, not a reason for NaN)
     pct = (lambda q: float(np.percentile(stars, q, method="inverted_cdf"))) if finite.size else (lambda q: math.inf)
-    return {"min": float(stars.min()), "p5": pct(5), "median": pct(50), "frac_inf": float((~np.isfinite(stars)).mean()),
-            "mixed_groups": int(stars.size)}
+    return {
+        "min": float(stars.min()),
+        "p5": pct(5),
+        "median": pct(50),
+        "frac_inf": float((~np.isfinite(stars)).mean()),
+        "mixed_groups": int(stars.size),
+    }
 
 
 def clustered_bootstrap(groups: Iterable[Group], alphas: Sequence[float] = DEFAULT_ALPHAS, *, replicates: int = 2000,
@@ -154,8 +173,14 @@ def clustered_bootstrap(groups: Iterable[Group], alphas: Sequence[float] = DEFAU
     def interval(x: np.ndarray) -> list[float]:  # percentile interval as order statistics of the replicates
         return [float(np.percentile(x, lo, method="inverted_cdf")), float(np.percentile(x, hi, method="inverted_cdf"))]
 
-    return [{"alpha": float(a), "conflict_rate_ci": interval(conflict[:, k]), "any_inversion_rate_ci": interval(anyinv[:, k])}
-            for k, a in enumerate(alphas)]
+    return [
+        {
+            "alpha": float(a),
+            "conflict_rate_ci": interval(conflict[:, k]),
+            "any_inversion_rate_ci": interval(anyinv[:, k]),
+        }
+        for k, a in enumerate(alphas)
+    ]
 
 
 def refinement_grid(groups: Iterable[Group], alphas: Sequence[float] = DEFAULT_ALPHAS, *, threshold: float = 0.10,

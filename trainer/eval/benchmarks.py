@@ -322,7 +322,9 @@ def load_benchmark(
         item_id = f"{name}-{index}" if raw_id is None or str(raw_id) == "" else str(raw_id)
         items.append(EvalItem(name, item_id, question, gold, spec.kind, tuple(choices)))
     if dropped:
-        logger.warning("%s: dropped %d of %d rows without a question or a usable gold answer", name, dropped, len(rows))
+        logger.warning(
+            "%s: dropped %d of %d rows without a question or a usable gold answer", name, dropped, len(rows)
+        )
     if num_samples is not None:
         if num_samples > len(items):
             logger.warning("%s: num_samples=%d but only %d items available", name, num_samples, len(items))

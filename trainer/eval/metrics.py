@@ -184,7 +184,7 @@ def summarize(records: Iterable[Mapping[str, Any]], k_pass: int | None = None) -
              "n_benchmarks": int,
              "benchmarks": {benchmark: {
                  "n_questions", "n_samples", "samples_per_question": {"min", "max"},
-                 "mean", "mean@K",                    # Mean@K; K = the observed sample count ("mean@8-12" if it varies)
+                 "mean", "mean@K",                    # Mean@K; K = the observed sample count ("mean@8-12" if varies)
                  "pass@1", "pass@K'",                 # K' = k_pass or the (minimum) sample count; only when K' <= min
                  "entropy",                           # Σ entropy_sum / Σ entropy_tokens, None when absent
                  "n_entropy_samples", "mean_length", "truncation_rate"}}}}}

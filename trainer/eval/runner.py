@@ -197,7 +197,9 @@ def _question(item: EvalItem, config: EvalConfig) -> Question:
     return Question(item.benchmark, item.id, prompt_messages(item, config.prompt), item.gold, item.kind)
 
 
-def _build_generator(config: EvalConfig, system: SystemSpec, items: dict[str, list[EvalItem]]) -> tuple[Generator, Any, Any]:
+def _build_generator(
+    config: EvalConfig, system: SystemSpec, items: dict[str, list[EvalItem]]
+) -> tuple[Generator, Any, Any]:
     """The system's backend, and the local model/tokenizer when entropies are computed here."""
     if system.backend.startswith("oracle"):
         all_questions = [_question(item, config) for lst in items.values() for item in lst]

@@ -88,11 +88,13 @@ def normalise(trainer: Any, per_token_loss: torch.Tensor, mask: torch.Tensor, in
         normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
         normalizer = normalizer * accum / args.steps_per_generation
         return (per_token_loss * mask).sum() / normalizer
-    raise ValueError(f"loss_variant {args.loss_variant!r} supports loss_type {SUPPORTED_LOSS_TYPES}, not {loss_type!r}")
+    raise ValueError(
+        f"loss_variant {args.loss_variant!r} supports loss_type {SUPPORTED_LOSS_TYPES}, not {loss_type!r}"
+    )
 
 
 def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-    """The micro-batch loss from a per-token policy loss, with TRL's corrections, KL, normaliser, bonus and aux loss."""
+    """The micro-batch loss from a per-token policy loss, with TRL's corrections, KL, normaliser, bonus, aux loss."""
     args = trainer.args
     if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
         per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
@@ -106,7 +108,9 @@ def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: di
     loss = normalise(trainer, per_token_loss, p.mask, inputs)
     entropy_coef = getattr(trainer, "entropy_coef", args.entropy_coef)
     if entropy_coef:
-        bonus = (p.entropies * p.mask).sum() / p.mask.sum().clamp(min=1.0) / trainer.current_gradient_accumulation_steps
+        bonus = (
+            (p.entropies * p.mask).sum() / p.mask.sum().clamp(min=1.0) / trainer.current_gradient_accumulation_steps
+        )
         loss = loss - entropy_coef * bonus
     if trainer.aux_loss_enabled:  # MoE load balancing, as TRL adds it (scaled for gradient accumulation only)
         loss = loss + trainer.router_aux_loss_coef * p.aux_loss / trainer.current_gradient_accumulation_steps
