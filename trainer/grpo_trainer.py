@@ -433,8 +433,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
             return None if t is None else gather_padded(acc, t, pad)
 
         needs = self._stage_needs
-        with self._phase("teacher_scoring"):
-            scores = self._teacher_scores(output) if "teacher" in needs else {}
+        scores = {}
+        if "teacher" in needs:  # timed only when it runs: a phase that did not run logs no key
+            with self._phase("teacher_scoring"):
+                scores = self._teacher_scores(output)
         sampling_t = scores.pop("old_logps_sampling_t", None)  # same forward as T = 1, at the sampling temperature
         old_logps = entropies = None
         if needs & {"old_logps", "entropies"}:
