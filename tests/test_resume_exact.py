@@ -56,7 +56,7 @@ RECIPE_REFILL_ATOD = {
     "teacher_model_name_or_path": "offline:tiny-qwen3",
     "atod_anneal_steps": N_STEPS,
 }
-TIMING = ("step_time", "seconds", "runtime", "per_second", "peak_memory")
+TIMING = ("step_time", "timing_s/", "seconds", "runtime", "per_second", "peak_memory")  # wall-clock keys
 # Every run starts through this bootstrap: it registers a reward that varies on a random model's output (the
 # recipe's math rewards are 0 for every completion of a random model, so nothing would train), and with
 # crash=True dies half-way through writing checkpoint-4 (after the model and optimizer, before RNG and trainer
