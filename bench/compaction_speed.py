@@ -18,8 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch  # noqa: E402
+# isort: off
 from benchlib import write_json  # first: puts the repo and tests/ on sys.path, sets the environment
+import torch  # noqa: E402
 from harness import (  # noqa: E402
     BASE_ARGS,
     deterministic_rollout_func,
@@ -30,6 +31,7 @@ from harness import (  # noqa: E402
 )
 
 from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage  # noqa: E402
+# isort: on
 
 KEEP_RATIOS = (1.0, 0.75, 0.5, 0.25)
 

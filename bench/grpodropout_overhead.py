@@ -20,12 +20,13 @@ from __future__ import annotations
 import statistics
 import tempfile
 
-import torch  # noqa: E402
+# isort: off
 from benchlib import (  # first: puts the repo and tests/ on sys.path, sets the environment
     timed,
     training_bench_args,
     write_json,
 )
+import torch  # noqa: E402
 from harness import (  # noqa: E402
     BASE_ARGS,
     deterministic_rollout_func,
@@ -37,6 +38,7 @@ from harness import (  # noqa: E402
 
 from trainer import WinnowConfig, WinnowGRPOTrainer  # noqa: E402
 from trainer import grpo_trainer as trainer_module  # noqa: E402
+# isort: on
 
 
 def build(source: str, out: str, rows: int, steps: int):

@@ -21,12 +21,13 @@ import resource
 import statistics
 import tempfile
 
-import torch  # noqa: E402
+# isort: off
 from benchlib import (  # first: puts the repo and tests/ on sys.path, sets the environment
     timed,
     training_bench_args,
     write_json,
 )
+import torch  # noqa: E402
 from harness import (  # noqa: E402
     BASE_ARGS,
     deterministic_rollout_func,
@@ -38,6 +39,7 @@ from harness import (  # noqa: E402
 
 from trainer import WinnowConfig, WinnowGRPOTrainer, stages  # noqa: E402
 from trainer.methods import snr  # noqa: E402
+# isort: on
 
 
 def main() -> None:
