@@ -62,9 +62,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
     ):
         args = as_winnow_config(args, model)
         _validate_runtime(args, kwargs.get("rollout_func"))
-        check_before_load(
-            args, model, kwargs.get("peft_config")
-        )  # W&B, vLLM for NCCL, fp32 masters (startup_checks.py)
+        # W&B, vLLM for NCCL, fp32 masters (startup_checks.py)
+        check_before_load(args, model, kwargs.get("peft_config"))
         server = _server_url(args)
         sync = weight_sync_kind(args)
         if sync == "nccl" and PartialState().is_main_process:
@@ -95,9 +94,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if self._numerics is not None:
             self.add_callback(NonFiniteStepCallback(self, self._numerics))
         self._rv_stop = None
-        if (
-            args.reward_variance_stop_steps > 0
-        ):  # RAGEN's reward-variance collapse stop (trainer/reward_variance_stop.py)
+        # RAGEN's reward-variance collapse stop (trainer/reward_variance_stop.py)
+        if args.reward_variance_stop_steps > 0:
             self._rv_stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
             per_batch = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
             self.add_callback(RewardVarianceStopCallback(self._rv_stop, per_batch))
