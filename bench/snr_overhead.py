@@ -37,7 +37,9 @@ from harness import (  # noqa: E402
     tiny_model_path,
 )
 
-from trainer import WinnowConfig, WinnowGRPOTrainer, stages  # noqa: E402
+from trainer import WinnowConfig, WinnowGRPOTrainer  # noqa: E402
+
+from trainer.pipeline import stages  # noqa: E402
 from trainer.methods import snr  # noqa: E402
 # isort: on
 

@@ -53,7 +53,7 @@ def build(args):
     from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_token_parity
 
     from trainer import WinnowConfig, WinnowGRPOTrainer
-    from trainer.assets import make_tiny_qwen3
+    from trainer.tools.assets import make_tiny_qwen3
 
     lens = lengths(args.rows, args.median, args.tail, args.cap)
     budget = budget_tokens(args, lens) if args.mode == "budget" else None

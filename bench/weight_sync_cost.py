@@ -2,9 +2,10 @@
 predicted cost on GPU for Qwen3-4B/8B next to NCCL's (bytes moved over stated bandwidths).
 
 For each size a server is started (``launch/vllm_server.py``, LoRA enabled, bf16), the trainer-side sync objects of
-trainer/weight_sync.py run exactly as in training (TRL's ``VLLMGeneration`` with our ``_init_vllm``/``sync_weights``,
-one process) ``--reps`` times each, and the medians are reported split into write (trainer: gather + cast +
-safetensors) and load (server: reload_weights or load_lora_adapter, + prefix-cache reset).
+trainer/server/weight_sync.py run exactly as in training (TRL's ``VLLMGeneration`` with our
+``_init_vllm``/``sync_weights``, one process) ``--reps`` times each, and the medians are reported split into
+write (trainer: gather + cast + safetensors) and load (server: reload_weights or load_lora_adapter, +
+prefix-cache reset).
 
     .venv/bin/python bench/weight_sync_cost.py --json bench/results/weight_sync_cost.json
 """
@@ -71,7 +72,7 @@ def build_model(folder: Path, overrides: dict):
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from trainer.assets import TOKENIZER_DIRNAME, TOKENIZER_FILES, build_qwen3_tokenizer, cache_dir
+    from trainer.tools.assets import TOKENIZER_DIRNAME, TOKENIZER_FILES, build_qwen3_tokenizer, cache_dir
 
     build_qwen3_tokenizer(cache_dir() / TOKENIZER_DIRNAME)
     torch.manual_seed(0)
@@ -87,8 +88,8 @@ def measure(kind: str, model, url: str, work: Path, reps: int) -> dict:
     from accelerate import Accelerator
     from transformers import AutoTokenizer
 
-    from trainer.config import WinnowConfig
-    from trainer.server_generation import server_generation_class
+    from trainer.config.core import WinnowConfig
+    from trainer.server.generation import server_generation_class
 
     args = WinnowConfig(output_dir=str(work), use_cpu=True, report_to="none", use_vllm=True, vllm_mode="server",
                         vllm_server_base_url=url, weight_sync=kind, weight_sync_dir=str(work / "sync" / kind))

@@ -1,7 +1,7 @@
 """The contract every text environment implements: gymnasium-style, text in and text out.
 
 An environment is a game whose state the model sees as text and whose moves the model names in words
-("Up", "left", ...). :class:`TextEnv` fixes the small surface the multi-turn rollout (trainer/rollout.py)
+("Up", "left", ...). :class:`TextEnv` fixes the small surface the multi-turn rollout (trainer/rollout/multi_turn.py)
 and the episode bookkeeping (envs/episode.py) rely on:
 
 - ``reset(seed) -> observation``: the level is a pure function of (constructor arguments, seed) -- no global

@@ -1,6 +1,6 @@
 """One multi-turn episode's bookkeeping: prompts in RAGEN's layout, parsing, penalties, return, success.
 
-Pure Python (no tokens, no model): the rollout (trainer/rollout.py) asks an :class:`Episode` for the
+Pure Python (no tokens, no model): the rollout (trainer/rollout/multi_turn.py) asks an :class:`Episode` for the
 messages to show, hands it each sampled response text, and reads back whether the episode goes on.
 Rules (reference notes §3.3-3.5):
 

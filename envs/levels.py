@@ -2,7 +2,7 @@
 
 TRL hands a ``rollout_func`` only the prompts of the batch, so the level a prompt stands for travels inside
 it: the dataset row's prompt is one user message whose content is ``{"env": "sokoban", "seed": 10003}``.
-The rollout (trainer/rollout.py) reads it back with :func:`parse_level_prompt` and shows the model the
+The rollout (trainer/rollout/multi_turn.py) reads it back with :func:`parse_level_prompt` and shows the model the
 real conversation (rules, rendered state); the placeholder text itself is never tokenised for training.
 Rendering levels lazily also keeps dataset construction instant (thousands of levels per run).
 """

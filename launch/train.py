@@ -9,7 +9,7 @@
 Writes into ``output_dir``: checkpoints, ``recipe.resolved.yaml`` (every field, defaults included, flat: it
 is itself a recipe), ``metrics.jsonl`` and ``metrics.png``. A folder that already holds a run is refused
 unless ``--resume_from_checkpoint`` or ``--overwrite_output_dir`` says what to do with it. Fields:
-TaskArguments (trainer/recipe.py), WinnowConfig (trainer/config.py, includes all of TRL's GRPOConfig) and
+TaskArguments (trainer/config/recipe.py), WinnowConfig (trainer/config/core.py, includes all of TRL's GRPOConfig) and
 TRL's ModelConfig; ``--help`` lists them by topic.
 
 A mistake in the recipe, its data or its paths is reported before any weights load as one line,
@@ -30,8 +30,8 @@ TRACEBACK_FLAG = "--traceback"
 
 def main(argv: list[str] | None = None) -> int:
     """Check the recipe and its inputs, build the trainer, train, save the final model; 2 on a recipe error."""
-    from trainer.config import ConfigError
-    from trainer.recipe import (
+    from trainer.config.core import ConfigError
+    from trainer.config.recipe import (
         build_trainer,
         check_run,
         parse_recipe,
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         resolved_recipe,
         save_resolved_recipe,
     )
-    from trainer.recipe_checks import clear_output_dir, is_main_process, resume_requested
+    from trainer.config.recipe_checks import clear_output_dir, is_main_process, resume_requested
 
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = TRACEBACK_FLAG in argv or os.environ.get("WINNOW_TRACEBACK", "") not in ("", "0")
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    if "--dry-run" in sys.argv[1:]:  # preflight: check the launch, load nothing (trainer/preflight.py)
-        from trainer.preflight import main as preflight
+    if "--dry-run" in sys.argv[1:]:  # preflight: check the launch, load nothing (trainer/tools/preflight.py)
+        from trainer.tools.preflight import main as preflight
 
         sys.exit(preflight([a for a in sys.argv[1:] if a != "--dry-run"]))
     sys.exit(main())

@@ -266,10 +266,10 @@ def stop_server(pid: int, timeout: float = 30.0) -> None:
 
 
 def wait_ready(base_url: str, timeout: float, process=None) -> float:
-    """Poll ``GET {base_url}/health`` until it answers 200 (trainer/vllm_server.py's bounded wait, each probe within
+    """Poll ``GET {base_url}/health`` until it answers 200 (trainer/server/client.py's bounded wait, each probe within
     ``PROBE_TIMEOUT``); return the seconds waited. Raises ServerStartError when ``timeout`` passes or ``process``
     (a Popen) exits first."""
-    from trainer.vllm_server import GenerationServerError, wait_for_server
+    from trainer.server.client import GenerationServerError, wait_for_server
 
     start = time.monotonic()
     url = base_url.rstrip("/") + "/health"
@@ -360,8 +360,8 @@ def _settings_from_recipe(path: str) -> dict:
     out: dict = {}
     if recipe.get("model_name_or_path"):
         name = str(recipe["model_name_or_path"])
-        if name.startswith("offline:"):  # importing trainer.recipe costs seconds (TRL), only when needed
-            from trainer.recipe import resolve_model_path
+        if name.startswith("offline:"):  # importing trainer.config.recipe costs seconds (TRL), only when needed
+            from trainer.config.recipe import resolve_model_path
 
             name = resolve_model_path(name)
         out["model"] = name

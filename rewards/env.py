@@ -1,6 +1,6 @@
 """Rewards of the multi-turn environment tasks: the episode's return and its success flag.
 
-The rollout (trainer/rollout.py) plays each episode and returns per-row extras; TRL passes them to reward
+The rollout (trainer/rollout/multi_turn.py) plays each episode and returns per-row extras; TRL passes them to reward
 functions as keyword arguments. ``env_return`` is RAGEN's score (Σ environment rewards + Σ format
 penalties, placed on the whole trajectory); ``env_success`` is 1.0 for a solved episode (log it with a zero
 reward weight, or train on it as a sparse reward). Without the rollout's extras these fail loudly: that is a

@@ -127,7 +127,7 @@ def deterministic_rollout_func(prompts: list[Any], trainer: Any) -> dict[str, li
 
 
 class DigestPolicy:
-    """A multi-turn generation backend (trainer/rollout.py's interface) whose answer depends only on the context
+    """A multi-turn generation backend (trainer/rollout/multi_turn.py) whose answer depends only on the context
     and how often that context occurred before in the same call -- so 1 and 2 processes play the same episodes
     (groups are never split over ranks). Answers mix moves, a format failure and an unknown action, so returns
     differ within a group."""
@@ -149,7 +149,7 @@ class DigestPolicy:
         return nullcontext(self)
 
     def generate(self, contexts, max_new_tokens, temperature, stop_ids):
-        from trainer.rollout import Sample
+        from trainer.rollout.multi_turn import Sample
 
         seen: dict[tuple, int] = {}
         out = []
@@ -176,7 +176,7 @@ def write_rows(rows: list[dict], path: Any) -> str:
 
 def tiny_model_path() -> str:
     """Path of the cached tiny random Qwen3 (built on first use)."""
-    from trainer.assets import make_tiny_qwen3
+    from trainer.tools.assets import make_tiny_qwen3
 
     return str(make_tiny_qwen3())
 

@@ -1,4 +1,4 @@
-"""Tests for trainer/assets.py: the offline Qwen3 tokenizer and the tiny random Qwen3 model."""
+"""Tests for trainer/tools/assets.py: the offline Qwen3 tokenizer and the tiny random Qwen3 model."""
 
 import os
 
@@ -18,7 +18,7 @@ from tiktoken.load import load_tiktoken_bpe
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from trainer import assets
+from trainer.tools import assets
 
 # Written out here rather than imported from assets, so a wrong pattern there makes tests fail.
 QWEN2_PAT = (

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from trainer.recipe import build_trainer, parse_recipe
+from trainer.config.recipe import build_trainer, parse_recipe
 
 DEMO_PROMPT = "Compute {problem}. Write the result as \\boxed{{result}}."  # configs/demo/smollm2-arithmetic.yaml
 SCALE = [
@@ -21,7 +21,7 @@ SCALE = [
     "--dataset_name", "arithmetic",
     "--dataset_kwargs", json.dumps({"num_samples": 64, "seed": 1, "prompt_template": DEMO_PROMPT}),
     "--use_vllm", "false", "--bf16", "false", "--use_cpu", "true", "--gradient_checkpointing", "false",
-    "--dtype", "float32",  # the recipes' bf16 weights need DeepSpeed's fp32 masters (trainer/startup_checks.py)
+    "--dtype", "float32",  # the recipes' bf16 weights need DeepSpeed's fp32 masters (trainer/guards/startup_checks.py)
     "--launch_processes", "1",
     "--num_generations", "8", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
     "--steps_per_generation", "2", "--max_completion_length", "40", "--max_steps", "2",

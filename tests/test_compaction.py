@@ -1,4 +1,4 @@
-"""Batch compaction (trainer/compaction.py) through the real trainer: the compacted batch gives exactly the
+"""Batch compaction (trainer/pipeline/compaction.py) through the real trainer: the compacted batch gives exactly the
 masked formulation's loss and gradient for every loss type (scalar and per-token advantages), holds only
 the kept rows, and a generation batch with nothing kept runs no forward pass at all."""
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_token_parity, tiny_model_path
 
-from trainer.config import ConfigError, WinnowConfig
+from trainer.config.core import ConfigError, WinnowConfig
 
 
 def verl_agg(h: torch.Tensor, m: torch.Tensor, mode: str) -> torch.Tensor:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.recipe import build_trainer, parse_recipe
+from trainer.config.recipe import build_trainer, parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_SCALE = [

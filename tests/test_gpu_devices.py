@@ -12,10 +12,11 @@ import torch
 from fake_accelerator import ACCELERATOR, AcceleratorTensor, DeviceMixError, fake_accelerator, on_accelerator, to_cpu
 from harness import BASE_ARGS
 
-from trainer import RolloutBatch, WinnowConfig, stages
+from trainer import RolloutBatch, WinnowConfig
 from trainer.algorithms import losses
 from trainer.algorithms.dapo import mixed_groups
 from trainer.algorithms.snr_filter import SCORE_METRICS, STRATEGIES
+from trainer.pipeline import stages
 
 N, G, T = 16, 4, 7
 TEACHER = dict(teacher_model_name_or_path="unused")

@@ -13,7 +13,7 @@ import torch
 from harness import BASE_ARGS, reward_token_parity
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
-from trainer import startup_checks as checks
+from trainer.guards import startup_checks as checks
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER = dict(use_vllm=True, vllm_mode="server", vllm_server_base_url="http://127.0.0.1:9", vllm_server_timeout=1.0)
@@ -140,7 +140,7 @@ def test_wrong_process_count_fails_before_model_load(tmp_path):
     model is read (the model path does not exist)."""
     from trl import ModelConfig
 
-    from trainer.recipe import TaskArguments, build_trainer
+    from trainer.config.recipe import TaskArguments, build_trainer
 
     with pytest.raises(ConfigError, match=r"launch_processes.*4 training processes.*has 1"):
         build_trainer(TaskArguments(launch_processes=4), config(tmp_path),

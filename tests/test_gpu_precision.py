@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, CohereConfig, GraniteConfig, Qwen3Config
 
-from trainer.assets import make_tiny_qwen3
-from trainer.teacher import load_teacher, score_tokens
+from trainer.methods.teacher import load_teacher, score_tokens
+from trainer.tools.assets import make_tiny_qwen3
 
 VOCAB = 512
 

@@ -50,7 +50,7 @@ def longest_first_prompt(task: str, env_kwargs: str, settings: str, levels: int 
 
     from envs import make_env
     from envs.episode import Episode, EpisodeSettings
-    from trainer.assets import TOKENIZER_DIRNAME, build_qwen3_tokenizer, cache_dir
+    from trainer.tools.assets import TOKENIZER_DIRNAME, build_qwen3_tokenizer, cache_dir
 
     build_qwen3_tokenizer(cache_dir() / TOKENIZER_DIRNAME)
     tokenizer = AutoTokenizer.from_pretrained(str(cache_dir() / TOKENIZER_DIRNAME))

@@ -19,8 +19,8 @@ import torch
 from accelerate import Accelerator
 from accelerate.optimizer import AcceleratedOptimizer
 
-from trainer.empty_steps import arm_skip
-from trainer.numerics_guard import NonFiniteGuard
+from trainer.guards.empty_steps import arm_skip
+from trainer.guards.numerics import NonFiniteGuard
 
 STEPS = ("overflow", "finite", "finite")
 

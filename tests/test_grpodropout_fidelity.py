@@ -15,7 +15,7 @@ import pytest
 import torch
 from harness import grads_of, one_step_loss_and_grads, trl_trainer
 
-from trainer.config import ConfigError, WinnowConfig
+from trainer.config.core import ConfigError, WinnowConfig
 
 
 def verl_dual_clip_token_loss(logp, old_logp, A, eps_low, eps_high, clip_ratio_c):

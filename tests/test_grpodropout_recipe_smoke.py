@@ -27,7 +27,7 @@ SCALE = ["--model_name_or_path", "offline:tiny-qwen3", "--launch_processes", "1"
          "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--steps_per_generation", "2",
          "--max_completion_length", "16", "--max_steps", "2", "--save_strategy", "no", "--plot", "false",
          "--dataloader_num_workers", "0", "--learning_rate", "1e-3",
-         "--dtype", "float32"]  # the recipe's bf16 weights need DeepSpeed's fp32 masters (trainer/startup_checks.py)
+         "--dtype", "float32"]  # the recipe's bf16 weights need DeepSpeed's fp32 masters (trainer/guards/startup_checks.py)
 
 
 def test_grpodropout_paper_recipe_runs_through_train_py(tmp_path, tiny_model):
@@ -57,8 +57,8 @@ def test_grpodropout_paper_recipe_runs_through_train_py(tmp_path, tiny_model):
 
     # the prompt the run trained on: the loader with the run's settings renders the authors' messages
     sys.path.insert(0, str(ROOT))
+    from trainer.config.recipe import parse_recipe
     from trainer.data import load_task_dataset
-    from trainer.recipe import parse_recipe
 
     parsed, _, _ = parse_recipe(argv)
     first = load_task_dataset(parsed.dataset_name, **parsed.dataset_kwargs)["prompt"][0]

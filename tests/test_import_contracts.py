@@ -68,11 +68,20 @@ CONTRACTS = {
     "rewards/ imports nothing of trainer/": (files("rewards/**/*.py"), ("trainer",)),
     "envs/ imports nothing of trainer/": (files("envs/**/*.py"), ("trainer",)),
     "trainer/methods never imports the trainer class": (files("trainer/methods/*.py"), ("trainer.grpo_trainer",)),
-    "the stage registry imports no method": (files("trainer/stages.py"), ("trainer.methods",)),
+    # config/recipe.py builds the trainer from a YAML file: it is the one composition root below trainer/.
+    "no package of trainer/ imports the trainer class (but the recipe builder)": (
+        [p for p in files("trainer/*/**/*.py") if p != ROOT / "trainer/config/recipe.py"], ("trainer.grpo_trainer",),
+    ),
+    "trainer/algorithms imports nothing else of trainer/": (
+        files("trainer/algorithms/*.py"),
+        tuple(f"trainer.{p.name}" for p in (ROOT / "trainer").iterdir() if p.is_dir() and p.name not in
+              ("algorithms", "__pycache__")) + ("trainer.grpo_trainer",),
+    ),
+    "the stage registry imports no method": (files("trainer/pipeline/stages.py"), ("trainer.methods",)),
     "the config parts do not import the config": (
-        files("trainer/config_errors.py", "trainer/config_server.py", "trainer/config_teacher.py",
-              "trainer/config_env.py"),
-        ("trainer.config",),
+        files("trainer/config/errors.py", "trainer/config/server.py", "trainer/config/teacher.py",
+              "trainer/config/env.py"),
+        ("trainer.config.core",),
     ),
 }
 

@@ -17,8 +17,8 @@ from trainer import (
     WinnowConfig,
     WinnowGRPOTrainer,
     register_stage,
-    stages,
 )
+from trainer.pipeline import stages
 
 
 def make_batch(N=8, G=4, T=5) -> RolloutBatch:

@@ -1,4 +1,4 @@
-"""The preflight (``launch/train.py --dry-run``, trainer/preflight.py) and its memory estimate.
+"""The preflight (``launch/train.py --dry-run``, trainer/tools/preflight.py) and its memory estimate.
 
 The estimate's parameter counts are anchored to the model cards' published totals; its model-state terms to the
 hand formula (bf16 weights + fp32 gradient accumulation + fp32 master and Adam moments = 18 B/param, divided over the
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer import memory_estimate as mem
-from trainer import preflight
+from trainer.tools import memory_estimate as mem
+from trainer.tools import preflight
 
 REPO = Path(__file__).resolve().parents[1]
 GRPO_8B = "configs/grpo/qwen3-8b-dapo17k.yaml"

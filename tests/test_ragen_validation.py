@@ -14,8 +14,8 @@ from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, rewar
 from test_env_episode import Line
 
 from envs.episode import Episode, EpisodeSettings
-from trainer.config import ConfigError, WinnowConfig
-from trainer.rollout import MultiTurnRollout, _Row
+from trainer.config.core import ConfigError, WinnowConfig
+from trainer.rollout.multi_turn import MultiTurnRollout, _Row
 
 
 def upstream_pass_at(successes: list[float], group_ids: list[int]) -> float:

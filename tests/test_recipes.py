@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.recipe import parse_recipe
+from trainer.config.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 # training recipes; configs/eval/ holds evaluation configs (tests/test_eval_configs.py)
@@ -484,8 +484,8 @@ def test_unknown_recipe_key_is_an_error(tmp_path):
                                         ("collapse_detection", "maybe"), ("reward_funcs", "3"), ("num_generations", "2.5")])
 def test_wrong_value_type_is_an_error_naming_the_key(tmp_path, key, value):
     """TRL's parser passes YAML lists, mappings and numbers to argparse as defaults, unconverted: the recipe
-    type check (trainer/recipe_types.py) names the key instead of an unrelated error later or silent acceptance."""
-    from trainer.config import ConfigError
+    type check (trainer/config/yaml_types.py) names the key instead of an unrelated error later or silent acceptance."""
+    from trainer.config.core import ConfigError
 
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\n{key}: {value}\n")

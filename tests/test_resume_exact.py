@@ -176,7 +176,7 @@ def test_checkpoints_inside_a_generation_batch_are_warned_about(tmp_path):
     not resume exactly. TRL accepts such a save_steps, so it is a warning naming the field and the fix."""
     import warnings
 
-    from trainer.config import WinnowConfig
+    from trainer.config.core import WinnowConfig
 
     base = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=4, per_device_train_batch_size=8,
                 steps_per_generation=4, gradient_accumulation_steps=1, save_strategy="steps")

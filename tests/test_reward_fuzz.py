@@ -169,7 +169,7 @@ def corpus(name: str, n: int, seed: int) -> tuple[tuple[str, str], ...]:
 
 @functools.lru_cache(maxsize=1)
 def _tokenizer():
-    from trainer.assets import build_qwen3_tokenizer
+    from trainer.tools.assets import build_qwen3_tokenizer
 
     return build_qwen3_tokenizer()
 

@@ -1,4 +1,4 @@
-"""The multi-turn rollout (trainer/rollout.py): token-exact conversations, the loss mask, budgets, extras.
+"""The multi-turn rollout (trainer/rollout/multi_turn.py): token-exact conversations, the loss mask, budgets, extras.
 
 Episodes are played by the tiny random Qwen3 (real ``generate``) or, where the test needs well-formed
 Qwen3 answers, by a scripted policy behind the same backend interface. Environment: the ``Line`` walk of
@@ -17,10 +17,10 @@ from transformers import AutoTokenizer
 import rewards
 from envs import available, register_env
 from envs.episode import Episode, EpisodeSettings
-from trainer.assets import qwen3_chat_template, qwen3_training_chat_template
-from trainer.config import ConfigError, WinnowConfig
+from trainer.config.core import ConfigError, WinnowConfig
 from trainer.data.envs import level_dataset
-from trainer.rollout import ChatTokens, LocalBackend, MultiTurnRollout, Sample, training_chat_template
+from trainer.rollout.multi_turn import ChatTokens, LocalBackend, MultiTurnRollout, Sample, training_chat_template
+from trainer.tools.assets import qwen3_chat_template, qwen3_training_chat_template
 
 if "test-line" not in available():
     register_env("test-line")(Line)

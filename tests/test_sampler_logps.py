@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 
 from envs.episode import EpisodeSettings
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
-from trainer.rollout import ChatTokens, MultiTurnRollout, training_chat_template
+from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
 
 
 def test_sampler_logps_with_the_local_env_rollout_fail_before_load(tiny_model, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from trainer import RolloutBatch, WinnowConfig
-from trainer.stages import run_pipeline
+from trainer.pipeline.stages import run_pipeline
 
 G = 4
 EPS = 1e-4  # TRL's advantage epsilon

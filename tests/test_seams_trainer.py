@@ -12,7 +12,8 @@ import torch
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity
 from test_seams_statistics import _hand_grpodropout
 
-from trainer import WinnowConfig, WinnowGRPOTrainer, stages
+from trainer import WinnowConfig, WinnowGRPOTrainer
+from trainer.pipeline import stages
 
 G = 4
 TEMPERATURE = 0.7

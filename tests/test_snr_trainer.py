@@ -26,7 +26,7 @@ from transformers import TrainerCallback
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
 from trainer.algorithms.snr_filter import group_scores, select_groups
-from trainer.stages import required_inputs
+from trainer.pipeline.stages import required_inputs
 
 ROWS = 32  # 8 prompt groups of 4
 

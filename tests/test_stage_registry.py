@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer import StageResult, stages
+from trainer import StageResult
+from trainer.pipeline import stages
 
 
 @stages.register_stage("rollout_filter", "test_registry_first")

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
 
-from trainer.assets import make_tiny_qwen3
-from trainer.teacher import TeacherVocabularyError, check_vocabulary, score_tokens
+from trainer.methods.teacher import TeacherVocabularyError, check_vocabulary, score_tokens
+from trainer.tools.assets import make_tiny_qwen3
 
 
 @pytest.fixture(scope="module")

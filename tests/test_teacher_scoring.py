@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.assets import make_tiny_qwen3
 from trainer.eval.benchmarks import load_benchmark
 from trainer.eval.runner import EvalConfig, evaluate_system
+from trainer.tools.assets import make_tiny_qwen3
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "launch"))

@@ -18,8 +18,8 @@ from transformers import AutoTokenizer
 
 from envs import available, register_env
 from envs.episode import Episode, EpisodeSettings
-from trainer.config import WinnowConfig
-from trainer.rollout import ChatTokens, MultiTurnRollout
+from trainer.config.core import WinnowConfig
+from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout
 
 if "test-line" not in available():
     register_env("test-line")(Line)

@@ -19,7 +19,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
 from trainer.methods.teacher_baselines import TEACHER_DELTA_KEY
-from trainer.token_budget import plan_chunks
+from trainer.pipeline.token_budget import plan_chunks
 
 # TRL 1.16's loss types; the four the recipes use run by default, the rest (same weighting classes) under -m slow
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"] + [

@@ -151,7 +151,7 @@ def test_bad_input_is_one_line_before_weights_load(case, changes, extra, env, fi
 
 def test_traceback_on_request(tmp_path, capsys):
     recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"), "learning_rat": 1})
-    from trainer.config import ConfigError
+    from trainer.config.core import ConfigError
 
     with pytest.raises(ConfigError, match="did you mean 'learning_rate'"):
         train_cli.main(["--config", str(recipe), "--traceback"])
@@ -206,7 +206,7 @@ def test_a_real_run_folder_is_protected_resumed_and_overwritten(tmp_path, capsys
     """A real 1-step run of a tied-embedding model; re-running into its folder is refused and leaves it byte for
     byte; a resume continues it without the "missing keys: lm_head.weight" alarm; --overwrite_output_dir
     starts a clean folder. A successful run leaves no .staging folder."""
-    from trainer.assets import make_tiny_qwen3
+    from trainer.tools.assets import make_tiny_qwen3
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -248,8 +248,8 @@ def test_missing_keys_filter_keeps_real_missing_keys(tiny_model, tmp_path):
     """The filter drops the alarm only for a tied twin; a missing key of an untied model still warns."""
     from transformers import AutoModelForCausalLM
 
-    from trainer.assets import make_tiny_qwen3
-    from trainer.run_artifacts import _TiedKeysFilter
+    from trainer.tools.assets import make_tiny_qwen3
+    from trainer.tools.run_artifacts import _TiedKeysFilter
 
     def passes(model, keys):
         record = logging.LogRecord("transformers.trainer", logging.WARNING, __file__, 0,
@@ -266,7 +266,7 @@ def test_missing_keys_filter_keeps_real_missing_keys(tiny_model, tmp_path):
 def test_resolved_recipe_round_trips(tmp_path, monkeypatch):
     """recipe.resolved.yaml is flat and is a recipe: resolving it again writes the same file (shipped recipes
     of every kind: demo, GRPODropout, RAGEN environment, UECR with a teacher)."""
-    from trainer.recipe import parse_recipe, resolved_recipe, save_resolved_recipe
+    from trainer.config.recipe import parse_recipe, resolved_recipe, save_resolved_recipe
 
     for rel in ("configs/demo/smollm2-arithmetic.yaml", "configs/grpodropout/table1/qwen3-4b-kl_cov.yaml",
                 "configs/ragen/sokoban-grpo-topp0.9.yaml", "configs/uecr/qwen3-4b-deepmath-teacher-qwen3-8b.yaml"):
@@ -281,7 +281,7 @@ def test_resolved_recipe_round_trips(tmp_path, monkeypatch):
 
 
 def test_dataset_kwargs_on_the_command_line_merge_into_the_recipe(tmp_path):
-    from trainer.recipe import parse_recipe
+    from trainer.config.recipe import parse_recipe
 
     recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"),
                                           "dataset_kwargs": {"num_samples": 16, "seed": 1, "max_value": 50}})
@@ -295,14 +295,14 @@ def test_dataset_kwargs_on_the_command_line_merge_into_the_recipe(tmp_path):
 def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_model):
     """import_modules runs before the recipe is checked: a user's stage name is valid in the same recipe, and a
     dotted reward path works as in `trl grpo`."""
-    from trainer.recipe import parse_recipe, prepare_run
+    from trainer.config.recipe import parse_recipe, prepare_run
 
     pkg = tmp_path / "user_ext_cli"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "ext.py").write_text(
-        "from trainer.stages import register_stage\n"
-        "from trainer.stages import get_stage\n"
+        "from trainer.pipeline.stages import register_stage\n"
+        "from trainer.pipeline.stages import get_stage\n"
         "@register_stage('rollout_filter', 'keep_all_user')\n"
         "def keep_all_user(batch, args):\n"
         "    return get_stage('rollout_filter', 'none').fn(batch, args)\n"
@@ -319,8 +319,8 @@ def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_
 
 
 def test_help_describes_groups_and_stage_choices():
-    from trainer import stages
-    from trainer.recipe import recipe_parser
+    from trainer.config.recipe import recipe_parser
+    from trainer.pipeline import stages
 
     text = recipe_parser().format_help()
     assert text.index("Train a language model") < text.index("run:") < text.index("--config RECIPE.yaml  The recipe")
@@ -334,7 +334,7 @@ def test_help_describes_groups_and_stage_choices():
 
 
 def test_learning_check_needs_enough_steps():
-    from trainer.run_artifacts import learning_verdict
+    from trainer.tools.run_artifacts import learning_verdict
 
     rows = [{"step": i, "reward": r} for i, r in enumerate([0.0, 0.5, 1.0], 1)]
     assert "too few steps to judge" in learning_verdict(rows)

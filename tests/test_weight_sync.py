@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainer.config import ConfigError, WinnowConfig
-from trainer.config_server import resolve_weight_sync
-from trainer.weight_sync import ShardWriter, VersionFolders, lora_problems, tied_embedding_names
+from trainer.config.core import ConfigError, WinnowConfig
+from trainer.config.server import resolve_weight_sync
+from trainer.server.weight_sync import ShardWriter, VersionFolders, lora_problems, tied_embedding_names
 
 
 def test_version_folders_publish_prune_and_clean_leftovers(tmp_path):

@@ -1,6 +1,6 @@
 """winnow-rl trainer: WinnowConfig, WinnowGRPOTrainer and the stage registries.
 
-Exports resolve lazily (PEP 562), so ``python -m trainer.assets`` or ``trainer.algorithms`` do not pay for
+Exports resolve lazily (PEP 562), so ``python -m trainer.tools.assets`` or ``trainer.algorithms`` do not pay for
 importing TRL and transformers.
 """
 
@@ -10,14 +10,14 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ConfigError": ".config",
-    "WinnowConfig": ".config",
+    "ConfigError": ".config.core",
+    "WinnowConfig": ".config.core",
     "WinnowGRPOTrainer": ".grpo_trainer",
-    "RewardFunctionError": ".reward_guard",
-    "RolloutBatch": ".rollout_batch",
-    "StageResult": ".stages",
-    "available": ".stages",
-    "register_stage": ".stages",
+    "RewardFunctionError": ".guards.rewards",
+    "RolloutBatch": ".pipeline.batch",
+    "StageResult": ".pipeline.stages",
+    "available": ".pipeline.stages",
+    "register_stage": ".pipeline.stages",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -3,9 +3,10 @@
 Data flow of one generation batch (README, "How a step flows"): TRL generates and scores; this class gathers the
 batch from every process into a :class:`RolloutBatch`, runs filter -> dropout -> advantage on it (every
 rank computes the same decision), and hands TRL's loss its share: the kept rollouts re-dealt over ranks
-(trainer/compaction.py) or, with ``compact_batch=False``, its own rows with dropped rollouts masked -- out of
-the loss *and* its normaliser either way. Empty optimizer steps are skipped (trainer/empty_steps.py); the
-collapse detector (trainer/collapse.py) scores the unfiltered batch on schedule. No formula lives here.
+(trainer/pipeline/compaction.py) or, with ``compact_batch=False``, its own rows with dropped rollouts masked -- out of
+the loss *and* its normaliser either way. Empty optimizer steps are skipped (trainer/guards/empty_steps.py); the
+collapse detector (trainer/methods/collapse_detector.py) scores the unfiltered batch on schedule. No formula
+lives here.
 """
 
 from __future__ import annotations
@@ -21,30 +22,31 @@ import torch
 from accelerate import PartialState
 from trl import GRPOConfig, GRPOTrainer
 
-from . import atomic_checkpoint, stages, trained_batch_metrics
-from .collapse import CollapseDetector
-from .compaction import compact
-from .config import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
-from .dynamic_sampling import DynamicSampler
-from .empty_steps import EmptyStepGuard, EmptyStepStopCallback
-from .entropy_bonus import loss_with_aggregated_entropy
-from .numerics_guard import NonFiniteGuard, NonFiniteStepCallback
-from .phase_timing import PhaseTimer, PhaseTimingCallback
-from .prefill import prefill_ids, with_prefill
-from .reward_guard import RewardGuard
-from .reward_variance_stop import (
+from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
+from trainer.guards import atomic_checkpoint
+from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
+from trainer.guards.numerics import NonFiniteGuard, NonFiniteStepCallback
+from trainer.guards.rewards import RewardGuard
+from trainer.guards.startup_checks import check_before_load, cuda_usable, weight_sync_kind
+from trainer.methods.collapse_detector import CollapseDetector
+from trainer.methods.dynamic_sampling import DynamicSampler
+from trainer.methods.reward_variance_stop import (
     EvaluateBeforeTrainingCallback,
     RewardVarianceStop,
     RewardVarianceStopCallback,
     mean_group_reward_std,
 )
-from .rollout_batch import RolloutBatch, gather_padded
-from .server_generation import generation_class
-from .startup_checks import check_before_load, cuda_usable, weight_sync_kind
-from .step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, redeal
-from .teacher import load_teacher, score_tokens
-from .token_budget import chunked_logps, chunked_loss
-from .vllm_server import harden_client, wait_for_server
+from trainer.methods.teacher import load_teacher, score_tokens
+from trainer.pipeline import stages, trained_batch_metrics
+from trainer.pipeline.batch import RolloutBatch, gather_padded
+from trainer.pipeline.compaction import compact
+from trainer.pipeline.entropy_bonus import loss_with_aggregated_entropy
+from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
+from trainer.pipeline.step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, redeal
+from trainer.pipeline.token_budget import chunked_logps, chunked_loss
+from trainer.rollout.prefill import prefill_ids, with_prefill
+from trainer.server.client import harden_client, wait_for_server
+from trainer.server.generation import generation_class
 
 # Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
 # leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
@@ -67,12 +69,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
         server = _server_url(args)
         sync = weight_sync_kind(args)
         if sync == "nccl" and PartialState().is_main_process:
-            # Bounded and logged, before TRL's client polls /health without a timeout (trainer/vllm_server.py).
+            # Bounded and logged, before TRL's client polls /health without a timeout (trainer/server/client.py).
             wait_for_server(server, total_timeout=args.vllm_server_timeout)
         if sync in ("disk", "lora") and not args.weight_sync_dir:
             args.weight_sync_dir = os.path.join(args.output_dir, "weight_sync")
         self._reward_guard = RewardGuard()
-        # disk/lora: TRL's generation backend with our sync, and no NCCL group (trainer/server_generation.py)
+        # disk/lora: TRL's generation backend with our sync, and no NCCL group (trainer/server/generation.py)
         with generation_class(args, sync) if sync in ("disk", "lora") else nullcontext():
             super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
         client = getattr(getattr(self, "vllm_generation", None), "vllm_client", None)
@@ -81,7 +83,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if sync in ("disk", "lora"):
             self.vllm_generation.on_sync = self._log_weight_sync
         self._stage_needs = stages.required_inputs(args)
-        self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/phase_timing.py)
+        self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/pipeline/phase_timing.py)
         self.add_callback(PhaseTimingCallback(self._timer, self))
         if callable(getattr(getattr(self, "vllm_generation", None), "sync_weights", None)):
             self.vllm_generation.sync_weights = self._timer.wrap("weight_sync", self.vllm_generation.sync_weights)
@@ -94,7 +96,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if self._numerics is not None:
             self.add_callback(NonFiniteStepCallback(self, self._numerics))
         self._rv_stop = None
-        # RAGEN's reward-variance collapse stop (trainer/reward_variance_stop.py)
+        # RAGEN's reward-variance collapse stop (trainer/methods/reward_variance_stop.py)
         if args.reward_variance_stop_steps > 0:
             self._rv_stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
             per_batch = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
@@ -111,14 +113,14 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
             raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
                               "chunks would change it", "use micro_batch_tokens: null with output_router_logits")
-        # the latest generation batch: nothing to train on? and where its kept rows go (trainer/step_dealing.py)
+        # the latest generation batch: nothing to train on? where its kept rows go (pipeline/step_dealing.py)
         self._generation: tuple[bool, DealPlan | None] | None = None
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
 
     # --- TRL override points -------------------------------------------------------------------------
 
     def _tokenize_prompts(self, prompts: list):
-        """TRL's prompt tokenisation, then the think prefill's ids after the generation prompt (trainer/prefill.py)."""
+        """TRL's prompt tokenisation, then the think prefill's ids after the generation prompt (rollout/prefill.py)."""
         prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
         if self.args.think_prefill:
             extra = prefill_ids(self._tokenizer, THINK_PREFILL)
@@ -157,8 +159,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         with self._phase("stage_pipeline"):
             decision = stages.run_pipeline(batch, self.args)
         if self.args.loss_variant == "naive_hybrid":  # its OPD term needs delta in every micro-batch
-            from .methods.teacher_baselines import TEACHER_DELTA_KEY
-            from .methods.uecr import teacher_gap
+            from trainer.methods.teacher_baselines import TEACHER_DELTA_KEY
+            from trainer.methods.uecr import teacher_gap
 
             B, T = output["completion_ids"].shape
             rank = self.accelerator.process_index
@@ -180,8 +182,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         return output
 
     def _dynamic_fill(self, output: dict[str, Any], marks: dict[str, int]):
-        """DAPO's fill (trainer/dynamic_sampling.py), then TRL's per-round metrics and completions table made to
-        describe the trained batch (trainer/trained_batch_metrics.py). Returns (this rank's batch, initial keep)."""
+        """DAPO's fill (trainer/methods/dynamic_sampling.py), then TRL's per-round metrics and completions table
+        made to describe the trained batch (trainer/pipeline/trained_batch_metrics.py).
+        Returns (this rank's batch, initial keep)."""
         N = self._global_rewards_per_func.shape[0]
         snapshots = [trained_batch_metrics.table_snapshot(self._logs, N)]
 
@@ -217,7 +220,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     def _training_step(self, model, inputs, num_items_in_batch):
         """TRL's training step, except for micro-batches of an optimizer step that holds no kept rollout on any
-        rank (``winnow_all_dropped``, trainer/step_dealing.py): outside DeepSpeed they run no forward and no
+        rank (``winnow_all_dropped``, trainer/pipeline/step_dealing.py): outside DeepSpeed they run no forward and no
         backward at all -- every rank skips together, the decision being global -- and the optimizer step is
         skipped."""
         if self._empty_steps is None or self.is_deepspeed_enabled:
@@ -235,7 +238,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
         """TRL's buffered micro-batch; when stages can remove rollouts, also account its loss tokens so an
-        optimizer step left with none is skipped (trainer/empty_steps.py)."""
+        optimizer step left with none is skipped (trainer/guards/empty_steps.py)."""
         if self._prepared is not None:
             inputs, self._prepared = self._prepared, None
             return inputs
@@ -249,7 +252,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         return inputs
 
     def _deal_generation(self) -> dict[str, Any]:
-        """Move the new batch's kept rows to their optimizer steps (trainer/step_dealing.py), count the batch
+        """Move the new batch's kept rows to their optimizer steps (trainer/pipeline/step_dealing.py), count the batch
         for the empty-batch stop, and return the current micro-batch."""
         (empty, plan), self._generation = self._generation, None
         steps = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
@@ -272,7 +275,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""
         fn = stages.get_stage("loss_variant", self.args.loss_variant).fn
         if self.args.micro_batch_tokens is not None and model.training and torch.is_grad_enabled():
-            # token-budget chunks, each forward + backward, weighted to this loss (trainer/token_budget.py)
+            # token-budget chunks, each forward + backward, weighted to this loss (trainer/pipeline/token_budget.py)
             loss = chunked_loss(self, model, inputs, fn, self.accelerator.backward)
         else:
             loss = fn(self, model, inputs)
@@ -330,7 +333,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         """TRL's checkpoint plus the stages' own state (empty-step counters, collapse-detector schedule and
         EMAs, dynamic-sampling refills), written to a staging folder and published by one rename when every
-        process is done (trainer/atomic_checkpoint.py): a kill during a save never leaves a checkpoint that
+        process is done (trainer/guards/atomic_checkpoint.py): a kill during a save never leaves a checkpoint that
         looks complete but is not."""
         from transformers.trainer_utils import rotate_checkpoints
 
@@ -406,7 +409,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         """
         scale = inputs.get("winnow_loss_scale")
         if self.args.entropy_aggregation == "loss_type" and self._entropy_bonus_enabled:
-            # RAGEN's (verl's) entropy bonus, aggregated like the policy term (trainer/entropy_bonus.py)
+            # RAGEN's (verl's) entropy bonus, aggregated like the policy term (trainer/pipeline/entropy_bonus.py)
             return loss_with_aggregated_entropy(self, inputs, lambda: self._trl_loss(model, inputs, scale), scale)
         return self._trl_loss(model, inputs, scale)
 

@@ -87,7 +87,7 @@ FIXED_IDS = torch.arange(1000, 1000 + 2 * 12).view(2, 12)  # a fixed batch every
 
 
 def teacher_path() -> str:
-    from trainer.assets import make_tiny_qwen3
+    from trainer.tools.assets import make_tiny_qwen3
 
     return str(make_tiny_qwen3(seed=7, hidden_size=32, intermediate_size=64))
 
@@ -139,7 +139,7 @@ def sokoban_rollout():
     import rewards
     from envs.episode import EpisodeSettings
     from trainer.data.envs import level_dataset
-    from trainer.rollout import ChatTokens, MultiTurnRollout, training_chat_template
+    from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path())
     rollout = MultiTurnRollout("sokoban", {"observation_format": "grid"}, EpisodeSettings(max_turns=2), 24, 0.5,
@@ -185,7 +185,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     )
     teacher_calls: list[int] = []  # (local completion width) per teacher forward on this rank
     if trainer._teacher is not None:
-        from trainer.teacher import _core
+        from trainer.methods.teacher import _core
 
         core = _core(trainer._teacher)
         core.base_model.register_forward_pre_hook(lambda mod, a, kw: teacher_calls.append(int(kw["input_ids"].shape[1])),
@@ -213,7 +213,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         "world": world,
     }
     if trainer._teacher is not None:
-        from trainer.teacher import _core, score_tokens
+        from trainer.methods.teacher import _core, score_tokens
 
         record["teacher_calls"] = list(teacher_calls)
         fixed = score_tokens(trainer._teacher, FIXED_IDS, torch.ones_like(FIXED_IDS), 6, with_entropy=True, accelerator=acc)

@@ -96,7 +96,7 @@ def run(kind: str, url: str, model_dir: str, out: Path, plain, peft_config=None)
 
 def failing_sync(url: str, model_dir: str, out: Path, peft_config) -> dict:
     """A sync the server cannot load (wrong server-side folder): every rank must raise, none may wait."""
-    from trainer.vllm_server import GenerationServerError
+    from trainer.server.client import GenerationServerError
 
     args = WinnowConfig(output_dir=str(out / "failure"), **{
         **BASE_ARGS, "use_cpu": False, "ddp_backend": "gloo", "per_device_train_batch_size": 4, "max_steps": 1,

@@ -13,8 +13,7 @@ import torch
 # The overlong shaping formula is a reward and lives with the reward function (rewards/ imports nothing of trainer/);
 # re-exported here, next to the rest of DAPO.
 from rewards.overlong import overlong_penalty_value as overlong_penalty  # noqa: F401
-
-from .grpo import group_view
+from trainer.algorithms.grpo import group_view
 
 
 def mixed_groups(values: torch.Tensor, G: int) -> torch.Tensor:

@@ -26,7 +26,7 @@ Registered loaders:
 - ``countdown``: Countdown (TinyZero / RAGEN), generated offline and seeded, or hub
   ``Jiayi-Pan/Countdown-Tasks-3to4`` / a local copy; ``answer`` is JSON ``{"target", "numbers", "solution"}``;
 - ``sokoban``, ``frozenlake``: level seeds of a multi-turn environment (trainer/data/envs.py), played by the
-  rollout of trainer/rollout.py; ``prompt`` holds the level's spec, not the text the model sees.
+  rollout of trainer/rollout/multi_turn.py; ``prompt`` holds the level's spec, not the text the model sees.
 
 Hub ids go through the real ``datasets.load_dataset``. The project's machines are offline
 (``HF_HUB_OFFLINE=1``): a dataset that is not in the local cache fails fast with
@@ -44,9 +44,9 @@ from typing import Any
 
 import datasets
 
-from . import arithmetic, countdown, envs, local, math_hub, metamath  # noqa: F401  (importing registers the loaders)
-from .common import _REGISTRY, OUTPUT_COLUMNS, DatasetUnavailableError, register_task_dataset
-from .math_hub import BOXED_SYSTEM_PROMPT, DAPO_TEMPLATE, strip_dapo_instruction
+from trainer.data import arithmetic, countdown, envs, local, math_hub, metamath  # noqa: F401  (importing registers the loaders)
+from trainer.data.common import _REGISTRY, OUTPUT_COLUMNS, DatasetUnavailableError, register_task_dataset
+from trainer.data.math_hub import BOXED_SYSTEM_PROMPT, DAPO_TEMPLATE, strip_dapo_instruction
 
 __all__ = [
     "BOXED_SYSTEM_PROMPT",

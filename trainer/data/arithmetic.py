@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import datasets
 
-from .common import finalize, register_task_dataset
+from trainer.data.common import finalize, register_task_dataset
 
 ARITHMETIC_TEMPLATE = "What is {problem}? Be brief and put the final answer in \\boxed{{}}."
 SUPPORTED_OPERATORS = ("+", "-", "*")

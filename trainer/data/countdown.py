@@ -22,7 +22,7 @@ from numbers import Integral, Real
 
 import datasets
 
-from .common import finalize, load_raw, register_task_dataset, require_columns
+from trainer.data.common import finalize, load_raw, register_task_dataset, require_columns
 
 logger = logging.getLogger("trainer.data")
 

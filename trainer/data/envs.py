@@ -1,7 +1,7 @@
 """Environment tasks as datasets: one row per level seed (``dataset_name: sokoban`` / ``frozenlake``).
 
 A row is ``prompt`` = the level's placeholder message (envs/levels.py), ``answer`` = the same JSON spec,
-``source`` = ``env:<name>``. Levels are generated lazily by the multi-turn rollout (trainer/rollout.py),
+``source`` = ``env:<name>``. Levels are generated lazily by the multi-turn rollout (trainer/rollout/multi_turn.py),
 so a dataset of thousands of levels costs nothing to build. Training seeds start at 10000 and validation
 seeds at 123 as in RAGEN; RAGEN draws a fresh level per group and iteration, which a dataset of
 ``num_levels`` >= P x iterations distinct seeds reproduces (TRL's sampler shuffles them with the run seed).
@@ -12,8 +12,7 @@ from __future__ import annotations
 import datasets
 
 from envs.levels import EVAL_SEED, TRAIN_SEED, level_prompt, level_spec
-
-from .common import register_task_dataset
+from trainer.data.common import register_task_dataset
 
 ENV_TASKS = ("sokoban", "frozenlake")
 

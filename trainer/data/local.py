@@ -10,7 +10,7 @@ from pathlib import Path
 
 import datasets
 
-from .common import finalize, load_raw, register_task_dataset, require_columns
+from trainer.data.common import finalize, load_raw, register_task_dataset, require_columns
 
 BOXED_TEMPLATE = "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 

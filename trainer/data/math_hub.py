@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import finalize, load_raw, register_task_dataset, require_columns
+from trainer.data.common import finalize, load_raw, register_task_dataset, require_columns
 
 logger = logging.getLogger("trainer.data")
 

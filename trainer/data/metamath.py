@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .common import finalize, load_raw, register_task_dataset, require_columns
-from .math_hub import DEEPMATH_TEMPLATE, _first_occurrences
+from trainer.data.common import finalize, load_raw, register_task_dataset, require_columns
+from trainer.data.math_hub import DEEPMATH_TEMPLATE, _first_occurrences
 
 logger = logging.getLogger("trainer.data")
 

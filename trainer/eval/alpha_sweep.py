@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from ..algorithms.uecr import alpha_safety
+from trainer.algorithms.uecr import alpha_safety
 
 DEFAULT_ALPHAS = tuple(sorted({0.0, 0.25, 0.5, 1.0, 2.0, 4.0, *np.round(np.linspace(0.0, 8.0, 81), 6).tolist()}))
 

@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from rewards import verifier
 from rewards.math import completion_text, make_math_accuracy, strip_think
 from rewards.math import extract_final_answer as _math_final_answer
-
-from .benchmarks import EvalItem
+from trainer.eval.benchmarks import EvalItem
 
 __all__ = ["extract_choice", "extract_final_answer", "grade"]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .benchmarks import CHOICE_PROMPT, LETTERS, MATH_PROMPT, EvalItem, format_options
+from trainer.eval.benchmarks import CHOICE_PROMPT, LETTERS, MATH_PROMPT, EvalItem, format_options
 
 GRPODROPOUT_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 GRPODROPOUT_CHOICE_SYSTEM = (

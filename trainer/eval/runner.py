@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .benchmarks import EvalItem, load_benchmark
-from .generation import (
+from trainer.eval.benchmarks import EvalItem, load_benchmark
+from trainer.eval.generation import (
     Decoding,
     Generator,
     LocalGenerator,
@@ -33,10 +33,10 @@ from .generation import (
     chat_prompt_ids,
     token_entropy,
 )
-from .grading import extract_final_answer, grade
-from .metrics import dispersion_split, summarize
-from .prompts import PROMPT_PRESETS, prompt_messages
-from .report import markdown_table, plot_benchmarks
+from trainer.eval.grading import extract_final_answer, grade
+from trainer.eval.metrics import dispersion_split, summarize
+from trainer.eval.prompts import PROMPT_PRESETS, prompt_messages
+from trainer.eval.report import markdown_table, plot_benchmarks
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def _build_generator(
         return OracleGenerator(system.backend.removeprefix("oracle_"), all_questions, config.decoding.seed), None, None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..recipe import resolve_model_path
+    from trainer.config.recipe import resolve_model_path
 
     path = resolve_model_path(system.model)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -218,7 +218,7 @@ def _build_generator(
         gen = ServerGenerator(system.base_url, system.model, tokenizer, config.decoding,
                               chat_template_kwargs=config.chat_template_kwargs)
         return gen, model, tokenizer
-    from .generation import VLLMEngineGenerator
+    from trainer.eval.generation import VLLMEngineGenerator
 
     return VLLMEngineGenerator(path, config.decoding, config.chat_template_kwargs), model, tokenizer
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..algorithms.losses import (
+from trainer.algorithms.losses import (
     clip_cov_selection,
     clip_cov_token_loss,
     kl_cov_selection,
@@ -26,9 +26,9 @@ from ..algorithms.losses import (
     ppo_clipped,
     token_covariance,
 )
-from ..rollout_batch import gather_padded
-from ..stages import register_stage
-from .surrogate import finish, global_mean, policy_forward
+from trainer.methods.surrogate import finish, global_mean, policy_forward
+from trainer.pipeline.batch import gather_padded
+from trainer.pipeline.stages import register_stage
 
 SelectionHook = Callable[[dict[str, torch.Tensor]], None]
 _hooks: list[SelectionHook] = []

@@ -13,9 +13,15 @@ from typing import Any
 
 import torch
 
-from ..algorithms.dropout import balanced_push_select, dropout_metrics, recenter, select_rollouts, sequence_surprisal
-from ..rollout_batch import RolloutBatch
-from ..stages import StageResult, register_stage
+from trainer.algorithms.dropout import (
+    balanced_push_select,
+    dropout_metrics,
+    recenter,
+    select_rollouts,
+    sequence_surprisal,
+)
+from trainer.pipeline.batch import RolloutBatch
+from trainer.pipeline.stages import StageResult, register_stage
 
 
 @register_stage("rollout_dropout", "grpodropout", needs={"old_logps"}, group_level=True, metric_prefix="dropout")

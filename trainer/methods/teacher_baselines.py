@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from ..algorithms.uecr import atod_advantages, atod_lambda, distilled_rl_advantages, pg_opd_advantages
-from ..rollout_batch import RolloutBatch
-from ..stages import StageResult, get_stage, register_stage
-from .surrogate import finish, policy_forward, ppo_token_loss
-from .uecr import TEACHER, teacher_gap
+from trainer.algorithms.uecr import atod_advantages, atod_lambda, distilled_rl_advantages, pg_opd_advantages
+from trainer.methods.surrogate import finish, policy_forward, ppo_token_loss
+from trainer.methods.uecr import TEACHER, teacher_gap
+from trainer.pipeline.batch import RolloutBatch
+from trainer.pipeline.stages import StageResult, get_stage, register_stage
 
 TEACHER_DELTA_KEY = "winnow_teacher_delta"  # per-row (B, T) delta the trainer puts in the batch for naive_hybrid
 

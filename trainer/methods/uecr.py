@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..algorithms.uecr import (
+from trainer.algorithms.uecr import (
     audit_metrics,
     ecr_terms,
     puu,
@@ -22,8 +22,8 @@ from ..algorithms.uecr import (
     token_gap,
     uecr_advantages,
 )
-from ..rollout_batch import RolloutBatch
-from ..stages import StageResult, register_stage
+from trainer.pipeline.batch import RolloutBatch
+from trainer.pipeline.stages import StageResult, register_stage
 
 TEACHER = frozenset({"teacher"})
 

@@ -9,7 +9,7 @@ Assets live in :func:`cache_dir` (outside git: ``tokenizer.json`` alone is ~18 M
 whenever they are missing. Every build writes into a temporary sibling folder that is renamed into
 place only once complete, so a killed build never leaves a half-written asset behind.
 
-``python -m trainer.assets`` prepares both assets and prints their paths (used by the Makefile).
+``python -m trainer.tools.assets`` prepares both assets and prints their paths (used by the Makefile).
 """
 
 from __future__ import annotations

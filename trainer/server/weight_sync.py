@@ -15,7 +15,7 @@ different ``_init_vllm`` and ``sync_weights``), so those same points run a :clas
   swaps it on the server, and generation requests name the adapter as their model. No merge, no full-weight traffic.
 
 Every request is one attempt with a bounded timeout: a failed ``reload_weights`` takes the server's engine down with it
-(measured), so retrying would only hide the cause. Failures raise :class:`~trainer.vllm_server.GenerationServerError`
+(measured), so retrying would only hide the cause. Failures raise :class:`~trainer.server.client.GenerationServerError`
 naming the server, the endpoint, the version folder and what to do; errors found before any traffic (server without
 LoRA, rank too small, adapter vLLM cannot load) are raised on every rank at start-up.
 """
@@ -33,9 +33,9 @@ from typing import Any, Callable
 import requests
 import torch
 
-from .vllm_server import GenerationServerError
+from trainer.server.client import GenerationServerError
 
-logger = logging.getLogger("trainer.weight_sync")
+logger = logging.getLogger("trainer.server.weight_sync")
 
 SYNC_HINT = (
     "The weight sync failed: check that the server can read the version folder (weight_sync_dir on a shared "

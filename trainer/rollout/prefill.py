@@ -3,7 +3,7 @@ and its replies are parsed with ``<think>`` prepended (mll-lab-nu/RAGEN@20daedc 
 1259-1263, 1406). The trainer appends the prefill's token ids to TRL's tokenised prompts (so the model samples
 after them and they are context, never trained on) and hands the reward functions each completion with the
 prefill text in front (so a reply ``reasoning</think><answer>...</answer>`` is well-formed). The multi-turn rollout
-does the same per turn (trainer/rollout.py)."""
+does the same per turn (trainer/rollout/multi_turn.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 :class:`ServerGeneration` is TRL's ``VLLMGeneration`` with two methods replaced: ``_init_vllm`` (bounded wait for the
 server, hardened client, no NCCL communicator, the sync's checks run on every rank) and ``sync_weights`` (the
-configured trainer/weight_sync.py sync instead of the NCCL broadcast). TRL calls both from the places it always does,
+configured server/weight_sync.py sync instead of the NCCL broadcast). TRL calls both from the places it always does,
 so generation, the multi-turn rollout and the sync points are TRL's own.
 """
 
@@ -13,16 +13,16 @@ from typing import Any, Callable
 
 from trl.generation.vllm_generation import VLLMGeneration
 
-from .config import ConfigError
-from .vllm_server import GenerationServerError, harden_client, wait_for_server
-from .weight_sync import SYNCS, http_only_client, lora_problems
+from trainer.config.core import ConfigError
+from trainer.server.client import GenerationServerError, harden_client, wait_for_server
+from trainer.server.weight_sync import SYNCS, http_only_client, lora_problems
 
 
 def server_generation_class(args: Any, kind: str) -> type:
     """A ``VLLMGeneration`` subclass bound to ``args`` that syncs with ``kind`` (``disk`` or ``lora``)."""
 
     class ServerGeneration(VLLMGeneration):
-        """``VLLMGeneration`` whose server-mode weight sync is :data:`trainer.weight_sync.SYNCS` ``[kind]``."""
+        """``VLLMGeneration`` whose server-mode weight sync is :data:`trainer.server.weight_sync.SYNCS` ``[kind]``."""
 
         on_sync: Callable[[dict[str, float]], None] | None = None  # set by the trainer: logs the sync's metrics
 

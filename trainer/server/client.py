@@ -38,7 +38,7 @@ from urllib.parse import urlparse
 import requests
 from urllib3.util.retry import RequestHistory, Retry
 
-logger = logging.getLogger("trainer.vllm_server")
+logger = logging.getLogger("trainer.server.client")
 
 # An unreachable/black-holed host should fail fast even when the read timeout is long (a generation can take
 # minutes; a TCP handshake cannot).
@@ -125,7 +125,7 @@ def wait_for_server(base_url: str, total_timeout: float, retry_interval: float =
     Each probe carries a timeout of ``min(request_timeout, time left)``, so a server that accepts connections but
     never answers cannot hang this (TRL's ``check_server`` has no timeout). Connection errors, timeouts and non-200
     statuses (vLLM answers 503 while loading) are all retried every ``retry_interval`` seconds, each retry logged at
-    INFO on ``trainer.vllm_server``. Raises :class:`GenerationServerError` when the next retry would start past
+    INFO on ``trainer.server.client``. Raises :class:`GenerationServerError` when the next retry would start past
     ``total_timeout``; worst case about ``total_timeout + request_timeout`` seconds. ``process`` (a ``Popen`` that
     started the server, for launchers): stop waiting as soon as it has exited."""
     url = f"{base_url.rstrip('/')}/health"

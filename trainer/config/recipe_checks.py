@@ -1,6 +1,6 @@
 """Checks of a parsed recipe against the machine, run before any weights load.
 
-Each raises :class:`~trainer.recipe_parser.RecipeError` (``<field>: <what>. Fix: <how>``): the launch's
+Each raises :class:`~trainer.config.recipe_parser.RecipeError` (``<field>: <what>. Fix: <how>``): the launch's
 process count, the output folder (a run in it is never overwritten by accident), the checkpoint to resume
 from, the model path or ``offline:`` alias, combinations of fields that only fail minutes later (LoRA weight
 sync without LoRA, one reward weight per reward function), a dataset with no rows, and each reward function
@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .recipe_parser import RecipeError
+from trainer.config.recipe_parser import RecipeError
 
 # What makes a folder hold a run (rather than, say, a README a user put there): anything a training run
 # writes that a fresh run would overwrite, append to or rotate away.

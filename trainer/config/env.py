@@ -1,7 +1,7 @@
 """Recipe fields of the multi-turn environment tasks (Sokoban, FrozenLake), mixed into ``TaskArguments``.
 
 They take effect when ``dataset_name`` names an environment (trainer/data/envs.py); the trainer then plays
-episodes through the multi-turn rollout (trainer/rollout.py). Defaults are RAGEN's (reference notes §3,
+episodes through the multi-turn rollout (trainer/rollout/multi_turn.py). Defaults are RAGEN's (reference notes §3,
 §8): 5 turns, 2 actions per turn, 10 per episode, format penalty -0.1, 400 sampled tokens per turn, validation
 at temperature 0.5 on 512 held-out levels.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config_errors import ConfigError
+from trainer.config.errors import ConfigError
 
 
 @dataclass

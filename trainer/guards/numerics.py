@@ -5,7 +5,7 @@ rollouts, single-token completions, extreme surprisal -- tests/test_numerics_gua
 through every stage), and reward functions that return inf/NaN are stopped by the reward guard. This is the
 last line: if a loss or a gradient is ever non-finite anyway -- a numerically broken model, a custom stage,
 an overflow -- the optimizer step of that accumulation window is skipped the way an empty step is
-(trainer/empty_steps.py: weights, optimizer moments and LR schedule unchanged, ``global_step`` advances),
+(trainer/guards/empty_steps.py: weights, optimizer moments and LR schedule unchanged, ``global_step`` advances),
 with one warning line naming the step and the cause, and ``numerics/skipped_steps_total`` counts it.
 
 Detection: the loss of every training micro-batch (collective: one scalar MAX all-reduce, so every rank
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from .empty_steps import arm_skip, reset_skip_flag
+from trainer.guards.empty_steps import arm_skip, reset_skip_flag
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ divide by the global kept-token count, which compaction keeps; row-normalised on
 luspo) divide by the micro-batch's row count, which compaction changes from B to B' -- the loss scale
 ``N/K * B'/B`` restores each kept row's weight exactly. Both hold step for step when one optimizer step
 consumes the whole generation batch (``steps_per_generation == gradient_accumulation_steps``); with several
-optimizer steps per generation, trainer/step_dealing.py then deals the kept rows over the steps
+optimizer steps per generation, trainer/pipeline/step_dealing.py then deals the kept rows over the steps
 (``filtered_updates``) after TRL's shuffle. ``bnpo`` and TRL's entropy bonus normalise by the loss tokens of each
 process's micro-batch (DDP then averages over processes), so they equal the masked formulation only with one
 process and one micro-batch per optimizer step: with more processes the re-deal changes which kept rows share a
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .rollout_batch import gather_padded
+from trainer.pipeline.batch import gather_padded
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def compact(
 
     ``keep`` (N,) and ``advantages`` (N,) or (N, T) are the pipeline's global decision; ``output`` is TRL's
     local batch dict. ``rows_per_step`` is the rows of each local micro-batch (default: the fewest that spread
-    this rank's share over all micro-steps; trainer/step_dealing.py sizes it per ``filtered_updates``). The
+    this rank's share over all micro-steps; trainer/pipeline/step_dealing.py sizes it per ``filtered_updates``). The
     result marks the rank's kept rows (``winnow_kept``). Returns the new dict, or None when the batch cannot
     be compacted."""
     keys = row_keys(output)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from trl.trainer.utils import nanstd
 
-from .algorithms.grpo import grpo_advantages, normalize_then_sum_advantages, total_reward
+from trainer.algorithms.grpo import grpo_advantages, normalize_then_sum_advantages, total_reward
 
 ROUND_PREFIXES = ("completions/", "rewards/")
 ROUND_KEYS = frozenset({"reward", "reward_std", "frac_reward_zero_std"})

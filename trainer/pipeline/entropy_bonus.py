@@ -42,7 +42,7 @@ def loss_with_aggregated_entropy(
 ) -> torch.Tensor:
     """Run TRL's loss (``compute``) without its own entropy bonus, capturing the entropies of its forward, then
     subtract ``entropy_coef`` x :func:`aggregate_entropy`. ``row_scale``: batch compaction's factor for row-count
-    normalisers (trainer/compaction.py), applied to the bonus as to the policy term."""
+    normalisers (trainer/pipeline/compaction.py), applied to the bonus as to the policy term."""
     captured: dict[str, torch.Tensor] = {}
     original = trainer._get_per_token_logps_and_entropies
 

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from trl import TrlParser
 
-from .config import ConfigError
+from trainer.config.core import ConfigError
 
 HELP_HINT = "see `python launch/train.py --help` for the fields"
 

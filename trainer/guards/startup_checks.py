@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .config import ConfigError
-from .config_server import resolve_weight_sync
+from trainer.config.core import ConfigError
+from trainer.config.server import resolve_weight_sync
 
 WANDB_OFFLINE_MODES = ("offline", "dryrun", "disabled")
 HALF_DTYPES = ("bfloat16", "float16", "half", "bf16", "fp16")

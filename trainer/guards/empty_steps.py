@@ -14,13 +14,13 @@ so do we, and we define "skip" the way HF Trainer treats a skipped fp16-overflow
 
 Skipping is per optimizer step, stopping per generation batch. TRL splits a generation batch over
 ``steps_per_generation`` micro-steps, so with ``steps_per_generation > gradient_accumulation_steps`` one
-optimizer step can be empty while another of the same batch is not: trainer/step_dealing.py deals the kept
+optimizer step can be empty while another of the same batch is not: trainer/pipeline/step_dealing.py deals the kept
 rollouts so that this happens only when the batch kept fewer rollouts than it has steps (or, with
 ``filtered_updates: proportional``, for the steps beyond ceil(kept / mini-batch)). Such a step is skipped
 but does not count: ``snr_empty_stop_steps`` counts consecutive generation batches with nothing to train on
 (RAGEN counts iterations: mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py:1126-1153),
 and the stop -- with its checkpoint -- waits for the last optimizer step of the batch, so the save lands
-on a generation-batch boundary like every other checkpoint (trainer/config.py's save_steps check). The
+on a generation-batch boundary like every other checkpoint (trainer/config/core.py's save_steps check). The
 loss-token count of every micro-batch of the accumulation window is summed over processes at the window's
 last micro-batch (one scalar all-reduce that every rank reaches), before its forward -- DeepSpeed steps
 inside ``backward``.

@@ -1,4 +1,5 @@
-"""vLLM server-mode weight-sync knobs of ``WinnowConfig`` (a mixin dataclass; trainer/weight_sync.py implements them).
+"""vLLM server-mode weight-sync knobs of ``WinnowConfig`` (a mixin dataclass; server/weight_sync.py
+implements them).
 
 TRL syncs the policy into the generation server over NCCL. That needs CUDA on both ends and a free NCCL port between
 the trainer and the server node; ``disk`` and ``lora`` need only HTTP and a folder both can read.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config_errors import ConfigError
+from trainer.config.errors import ConfigError
 
 WEIGHT_SYNC_KINDS = ("auto", "nccl", "disk", "lora")
 WEIGHT_SYNC_DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -43,8 +43,7 @@ import torch
 from envs import make_env
 from envs.episode import Episode, EpisodeSettings
 from envs.levels import parse_level_prompt
-
-from .config import ConfigError
+from trainer.config.core import ConfigError
 
 
 def training_chat_template(tokenizer: Any) -> str | None:

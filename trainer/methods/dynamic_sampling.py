@@ -26,10 +26,10 @@ from typing import Any
 import torch
 from trl.trainer.utils import RepeatSampler
 
-from .algorithms.dapo import mixed_groups
-from .algorithms.grpo import total_reward
-from .compaction import LEFT_PADDED, TOKEN_IDS, row_keys, trim_padding
-from .rollout_batch import gather_padded
+from trainer.algorithms.dapo import mixed_groups
+from trainer.algorithms.grpo import total_reward
+from trainer.pipeline.batch import gather_padded
+from trainer.pipeline.compaction import LEFT_PADDED, TOKEN_IDS, row_keys, trim_padding
 
 logger = logging.getLogger(__name__)
 REFILL_SEED_OFFSET = 7919  # the refill stream's sampler seed = seed + this (distinct from the main stream's)
@@ -41,7 +41,7 @@ class DynamicSampler:
     def __init__(self, trainer: Any):
         args = trainer.args
         if args.dynamic_sampling_metric != "reward" and args.dynamic_sampling_metric not in trainer.reward_func_names:
-            from .config import ConfigError
+            from trainer.config.core import ConfigError
 
             raise ConfigError(
                 "dynamic_sampling_metric",

@@ -22,10 +22,10 @@ from typing import Any, Sequence
 
 from trl import ModelConfig, get_peft_config
 
-from .config import ConfigError, WinnowConfig
-from .config_env import EnvTaskFields
-from .recipe_checks import check_process_count
-from .recipe_parser import (
+from trainer.config.core import ConfigError, WinnowConfig
+from trainer.config.env import EnvTaskFields
+from trainer.config.recipe_checks import check_process_count
+from trainer.config.recipe_parser import (
     RecipeError,
     RecipeParser,
     check_keys,
@@ -38,7 +38,7 @@ from .recipe_parser import (
 
 logger = logging.getLogger(__name__)
 
-# Models that exist on every machine of ours without a hub download, built by ``trainer.assets``.
+# Models that exist on every machine of ours without a hub download, built by ``trainer.tools.assets``.
 OFFLINE_MODELS = {"offline:smollm2": "make_smollm2", "offline:tiny-qwen3": "make_tiny_qwen3",
                   "offline:tiny-qwen3-vllm": "make_tiny_qwen3_vllm",
                   "offline:smollm2-perturbed": "make_smollm2_perturbed"}
@@ -50,7 +50,7 @@ OFFLINE_BASE_MODELS = {"offline:smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
 @dataclass
 class TaskArguments(EnvTaskFields):
     """What to train on: dataset, reward functions, prompt handling, and the launch the recipe is sized for
-    (plus, for the environment tasks sokoban / frozenlake, the episode settings of trainer/config_env.py)."""
+    (plus, for the environment tasks sokoban / frozenlake, the episode settings of trainer/config/env.py)."""
 
     dataset_name: str = field(
         default="arithmetic",
@@ -124,7 +124,7 @@ class TaskArguments(EnvTaskFields):
     @property
     def is_env_task(self) -> bool:
         """Whether the dataset is an environment played through the multi-turn rollout."""
-        from .data.envs import ENV_TASKS
+        from trainer.data.envs import ENV_TASKS
 
         return self.dataset_name in ENV_TASKS
 
@@ -155,9 +155,9 @@ def recipe_parser() -> RecipeParser:
     from transformers import TrainingArguments
     from trl import GRPOConfig
 
-    from . import stages
-    from .config_server import ServerFields
-    from .config_teacher import TeacherFields
+    from trainer.config.server import ServerFields
+    from trainer.config.teacher import TeacherFields
+    from trainer.pipeline import stages
 
     sections = [
         ("run", "", RUN_FIELDS),
@@ -180,7 +180,7 @@ def recipe_parser() -> RecipeParser:
                            "(its metrics.jsonl is kept and continued).")
         elif action.dest == "model_name_or_path":
             action.help = (f"The policy: a hub id, a local model folder or an offline alias ({', '.join(OFFLINE_MODELS)}; "
-                           "built locally by trainer/assets.py).")
+                           "built locally by trainer/tools/assets.py).")
     return parser
 
 
@@ -188,7 +188,7 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
     """Parse ``--config recipe.yaml`` and CLI overrides (CLI beats YAML beats defaults). Every mistake --
     missing or malformed file, unknown key, wrong type, invalid value -- raises a ``ConfigError`` naming the
     field and the fix; nothing heavy has happened yet."""
-    from .recipe_types import check_recipe_types
+    from trainer.config.yaml_types import check_recipe_types
 
     path, rest = split_config_flag(sys.argv[1:] if argv is None else list(argv))
     config = read_recipe_file(path) if path else {}
@@ -246,7 +246,7 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
 def resolve_model_path(name: str) -> str:
     """Map the ``offline:`` aliases to locally built models; anything else is passed to transformers as is."""
     if name in OFFLINE_MODELS:
-        from . import assets
+        from trainer.tools import assets
 
         return str(getattr(assets, OFFLINE_MODELS[name])())
     return name
@@ -266,7 +266,7 @@ def check_launch(task: TaskArguments, num_processes: int) -> None:
 def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> None:
     """What a launch checks before it prepares anything: process count, output folder, resume, models,
     fields that only work together (each a RecipeError naming the field and the fix)."""
-    from . import recipe_checks as checks
+    from trainer.config import recipe_checks as checks
 
     checks.check_process_count(task.launch_processes)
     checks.check_output_dir(args.output_dir, args.resume_from_checkpoint, task.overwrite_output_dir)
@@ -294,8 +294,8 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
     from accelerate import PartialState
     from transformers import AutoTokenizer
 
-    from . import recipe_checks as checks
-    from .data import DatasetUnavailableError, list_task_datasets, load_task_dataset
+    from trainer.config import recipe_checks as checks
+    from trainer.data import DatasetUnavailableError, list_task_datasets, load_task_dataset
 
     check_launch(task, PartialState().num_processes)  # before any model, tokenizer or dataset loads
     model_path = resolve_model_path(model_args.model_name_or_path)
@@ -331,9 +331,9 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
 
 def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig, inputs: RunInputs | None = None):
     """Prepared inputs + model -> a ``WinnowGRPOTrainer`` with the metrics file callback."""
-    from .data import load_task_dataset
-    from .grpo_trainer import WinnowGRPOTrainer
-    from .run_artifacts import MetricsFileCallback, quiet_tied_weight_warning
+    from trainer.data import load_task_dataset
+    from trainer.grpo_trainer import WinnowGRPOTrainer
+    from trainer.tools.run_artifacts import MetricsFileCallback, quiet_tied_weight_warning
 
     inputs = inputs or prepare_run(task, args, model_args)
     env_kwargs = {}
@@ -389,9 +389,8 @@ def name_card_base_model(trainer: Any, name: str) -> None:
 def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
     """The multi-turn rollout of an environment task, with the model's training chat template."""
     from envs.episode import EpisodeSettings
-
-    from .config import THINK_PREFILL
-    from .rollout import ChatTokens, MultiTurnRollout, training_chat_template
+    from trainer.config.core import THINK_PREFILL
+    from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
 
     settings = EpisodeSettings(
         max_turns=task.max_turns, max_actions_per_turn=task.max_actions_per_turn,

@@ -13,13 +13,13 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from . import stages
-from .algorithms.grpo import STD_KINDS
-from .algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
-from .config_errors import ConfigError
-from .config_server import ServerFields, validate_server_fields
-from .config_teacher import TeacherFields, validate_teacher_fields
-from .step_dealing import FILTERED_UPDATES
+from trainer.algorithms.grpo import STD_KINDS
+from trainer.algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
+from trainer.config.errors import ConfigError
+from trainer.config.server import ServerFields, validate_server_fields
+from trainer.config.teacher import TeacherFields, validate_teacher_fields
+from trainer.pipeline import stages
+from trainer.pipeline.step_dealing import FILTERED_UPDATES
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
 DROPOUT_DELETE = ("positive", "negative", "both")
@@ -45,7 +45,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         metadata={
             "help": "Group-level filter run on the global batch before the loss: rollouts of unselected prompt "
             "groups leave the loss and its normaliser. 'none' keeps every group. Registered names: "
-            "trainer.stages.available('rollout_filter')."
+            "trainer.pipeline.stages.available('rollout_filter')."
         },
     )
     rollout_dropout: str = field(
@@ -94,7 +94,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         metadata={
             "help": "Remove rollouts the stages dropped from the training batch (kept rows re-dealt evenly over "
             "processes and micro-steps, topped up with zero-weight rows) instead of masking them, so they cost "
-            "no forward/backward; the loss is the masked one (trainer/compaction.py). A generation batch with "
+            "no forward/backward; the loss is the masked one (trainer/pipeline/compaction.py). A generation batch with "
             "nothing kept runs no forward/backward at all outside DeepSpeed. False keeps them masked."
         },
     )
@@ -275,7 +275,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "agent_trainer.py adjust_batch): the kept rollouts fill whole steps of per_device_train_batch_size x "
             "gradient_accumulation_steps x processes rollouts, ceil(kept / that) updates, each the mean over its "
             "own rollouts (no duplicated rows); the remaining steps are skipped and do not count as empty. Logged "
-            "as stages/updates_per_generation (trainer/step_dealing.py)."
+            "as stages/updates_per_generation (trainer/pipeline/step_dealing.py)."
         },
     )
 
@@ -314,7 +314,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         metadata={
             "help": "vLLM server mode: seconds one HTTP request to the server may take (read timeout; connect timeout "
             "min(10, this)) before TRL's retries (6 attempts, 60 s of backoff) and then a GenerationServerError naming "
-            "the server and what to do (trainer/vllm_server.py). Must exceed the slowest generation call. The start-up "
+            "the server and what to do (trainer/server/client.py). Must exceed the slowest generation call. The start-up "
             "wait for the server is TRL's vllm_server_timeout."
         },
     )
@@ -322,7 +322,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default=True,
         metadata={
             "help": "Skip (and log) an optimizer step whose loss or gradient is NaN/inf instead of applying it: weights, "
-            "optimizer state and LR schedule stay unchanged (trainer/numerics_guard.py). Costs one scalar all-reduce "
+            "optimizer state and LR schedule stay unchanged (trainer/guards/numerics.py). Costs one scalar all-reduce "
             "per micro-batch; False = TRL's behaviour."
         },
     )
@@ -331,7 +331,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         metadata={
             "help": "How the entropy bonus (entropy_coef) is aggregated: 'token_mean' (TRL's: the micro-batch's mean "
             "token entropy, whatever loss_type does) or 'loss_type' (verl's / RAGEN's: the same normaliser as the policy "
-            "term -- per-sequence token-mean for grpo, token sums for dr_grpo; trainer/entropy_bonus.py). Used only by "
+            "term -- per-sequence token-mean for grpo, token sums for dr_grpo; trainer/pipeline/entropy_bonus.py). Used only by "
             "loss_variant none with a static entropy_coef."
         },
     )
@@ -368,7 +368,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "sampled traces' prompts; collapse/*) or 'all' (RAGEN's default, config/base.yaml:151-152: the first-turn "
             "sample and, in the same check, the trajectory-uniform one under collapse/trajectory/*: every model turn is "
             "a trace whose context is everything before it, collapse_num_samples (episode, turn) draws with "
-            "replacement, each its own column; trainer/collapse.py)."
+            "replacement, each its own column; trainer/methods/collapse_detector.py)."
         },
     )
 
@@ -379,7 +379,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "reference log-prob passes -- runs as length-sorted chunks whose padded size, rows x (longest prompt + "
             "longest completion), stays within this many tokens (a single longer row runs alone); each chunk is "
             "trimmed to its own longest row and the chunk losses are weighted to equal TRL's micro-batch loss for "
-            "every loss_type (trainer/token_budget.py, docs/token-budget.md). Memory is then bounded by tokens, not "
+            "every loss_type (trainer/pipeline/token_budget.py, docs/token-budget.md). Memory is then bounded by tokens, not "
             "rows, so per_device_train_batch_size can be large. None = TRL's fixed row micro-batches."
         },
     )
@@ -534,7 +534,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                 raise ConfigError(name, f"must be >= {low} (got {getattr(self, name)})", f"use a value >= {low}")
 
     def _validate_dapo_and_cov(self) -> None:
-        from .methods.surrogate import SUPPORTED_LOSS_TYPES, UNSUPPORTED
+        from trainer.methods.surrogate import SUPPORTED_LOSS_TYPES, UNSUPPORTED
 
         if self.max_num_gen_batches < 1:
             raise ConfigError(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config_errors import ConfigError
+from trainer.config.errors import ConfigError
 
 TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
 UECR_NORMALIZATION = ("joint", "separate")

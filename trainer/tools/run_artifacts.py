@@ -5,7 +5,7 @@
 - ``metrics.png``: reward and token entropy per optimizer step, drawn at the end of training (and
   redrawable with :func:`plot_metrics` from any ``metrics.jsonl``).
 
-Also here: the learning verdict of ``python -m trainer.run_artifacts OUTPUT_DIR`` and the filter that keeps a
+Also here: the learning verdict of ``python -m trainer.tools.run_artifacts OUTPUT_DIR`` and the filter that keeps a
 resume of a tied-embedding model from printing transformers' "missing keys" alarm for the tied copy.
 """
 
@@ -143,7 +143,7 @@ def quarter_comparison(rows: list[dict[str, Any]], key: str = "reward") -> dict[
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m trainer.run_artifacts OUTPUT_DIR``: redraw the plot and print the quarter comparison."""
+    """``python -m trainer.tools.run_artifacts OUTPUT_DIR``: redraw the plot and print the quarter comparison."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)

@@ -18,7 +18,7 @@ reference, whatever the model emitted before its opening tag. When a batch has n
 (non-thinking mode, models without think tokens) Z is the model's first turn -- for single-turn tasks the
 whole completion -- and ``collapse/z_is_whole_completion`` = 1 says so.
 
-Multi-turn episodes (trainer/rollout.py; the model's turns are the runs of ``tool_mask`` = 1): with
+Multi-turn episodes (trainer/rollout/multi_turn.py; the model's turns are the runs of ``tool_mask`` = 1): with
 ``collapse_turns: first`` each episode's first turn is a trace (X = the level's prompt) and the metrics are
 ``collapse/*``. With ``all`` every check computes both samples RAGEN computes (mll-lab-nu/RAGEN@20daedc
 ragen/trainer/collapse_metrics.py:142-219; both on in config/base.yaml:151-153): the first-turn metrics as above
@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-from .algorithms.collapse_metrics import mi_metrics, signature_retrieval
-from .rollout_batch import gather_padded
+from trainer.algorithms.collapse_metrics import mi_metrics, signature_retrieval
+from trainer.pipeline.batch import gather_padded
 
 logger = logging.getLogger(__name__)
 
@@ -111,9 +111,9 @@ def first_turn_traces(
 
 def _text_traces(prompts: list[list[int]], completions: list[list[int]], tokenizer: Any):
     """:func:`first_turn_traces` for tokenizers whose think tags are several tokens: Z located in the text and
-    mapped back to the sampled ids (trainer/reasoning_span.py); X = the context, which ends with the ``<think>``
+    mapped back to the sampled ids (methods/reasoning_span.py); X = the context, which ends with the ``<think>``
     prefill's ids when the think prefill is on, else the context + ``<think>``'s ids (RAGEN's canonical X)."""
-    from .reasoning_span import THINK_OPEN, reasoning_token_span
+    from trainer.methods.reasoning_span import THINK_OPEN, reasoning_token_span
 
     opening = tuple(tokenizer.encode(THINK_OPEN, add_special_tokens=False))
     prefilled_any = any(tuple(p[-len(opening):]) == opening for p in prompts)

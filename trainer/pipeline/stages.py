@@ -32,8 +32,8 @@ from typing import Any, Callable
 
 import torch
 
-from .algorithms.grpo import grpo_advantages, normalize_then_sum_advantages
-from .rollout_batch import RolloutBatch
+from trainer.algorithms.grpo import grpo_advantages, normalize_then_sum_advantages
+from trainer.pipeline.batch import RolloutBatch
 
 STAGE_KINDS = ("rollout_filter", "rollout_dropout", "advantage", "loss_variant")
 KNOWN_NEEDS = frozenset({"old_logps", "entropies", "teacher"})
@@ -105,7 +105,7 @@ def _load_builtin_methods() -> None:
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        importlib.import_module(".methods", __package__)
+        importlib.import_module("trainer.methods")
 
 
 def available(kind: str) -> list[str]:

@@ -1,0 +1,3 @@
+"""Generation beyond TRL's single turn: the multi-turn environment rollout (``multi_turn``) and the think
+prefill of single-turn tasks (``prefill``).
+"""
