@@ -28,7 +28,8 @@ INSTRUCTIONS = {
     ("sokoban", "coord"): (
         "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.\n"
         "You are provided with a symbol grid and the zero-indexed coordinates of the player, each box, and each target. \n"
-        + _RANGE + " \n"
+        + _RANGE
+        + " \n"
         "When you are exactly next to a box, you can push it by moving in the same direction. \n"
         "You cannot push a box through a wall, and you cannot pull a box.\n"
         "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>.\n"
@@ -40,8 +41,7 @@ INSTRUCTIONS = {
     ),
     ("frozenlake", "coord"): (
         "You are solving the FrozenLake puzzle. The observation includes both a symbol grid and zero-indexed coordinates "
-        "for the start, goal, player, and any holes.\n"
-        + _RANGE + "\n"
+        "for the start, goal, player, and any holes.\n" + _RANGE + "\n"
         "Beware that the ice is slippery, so the agent might slide and end up in an unintended tile.\n"
         "Respond with a sequence of actions such as <answer>Left || Up || Up</answer>.\n"
     ),
@@ -72,7 +72,9 @@ def ragen_system_message(env: Any, max_actions_per_episode: int) -> str:
     name, fmt = env.ragen_name, env.observation_format
     text = "You're a helpful assistant. " + ragen_instruction(name, fmt, env.shape)
     if fmt == "grid":
-        text += "\nThe meaning of each symbol in the state is:\n" + ", ".join(f"{k}: {v}" for k, v in GRID_VOCAB[name].items())
+        text += "\nThe meaning of each symbol in the state is:\n" + ", ".join(
+            f"{k}: {v}" for k, v in GRID_VOCAB[name].items()
+        )
     if fmt == "coord":
         text += COORD_HINT
     text += "\nYour available actions are:\n" + ", ".join(env.action_names)

@@ -47,7 +47,10 @@ HOST_HELP = "bind address (default 127.0.0.1; use 0.0.0.0 only on a trusted clus
 def detect_device() -> str:
     """``"gpu"`` when ``nvidia-smi`` runs successfully, else ``"cpu"``."""
     try:
-        ok = subprocess.run(["nvidia-smi"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+        ok = (
+            subprocess.run(["nvidia-smi"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         ok = False
     return "gpu" if ok else "cpu"
@@ -115,7 +118,10 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
                 "--tensor-parallel-size", str(tensor_parallel_size), "--data-parallel-size", str(data_parallel_size),
                 "--gpu-memory-utilization", str(gpu_memory_utilization), "--dtype", dtype]
     else:
-        for name, value in (("tensor_parallel_size", tensor_parallel_size), ("data_parallel_size", data_parallel_size)):
+        for name, value in (
+            ("tensor_parallel_size", tensor_parallel_size),
+            ("data_parallel_size", data_parallel_size),
+        ):
             if value != 1:
                 raise ValueError(f"{name}={value}: tensor/data parallelism is GPU-only; use 1 with device='cpu'")
         env["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kvcache_gb)
@@ -395,8 +401,10 @@ def _settings_from_recipe(path: str) -> dict:
 
 def _parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                usage="%(prog)s (--model M | --config RECIPE.yaml | --stop-pid-file F) [options] [-- extra vLLM args]")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        usage="%(prog)s (--model M | --config RECIPE.yaml | --stop-pid-file F) [options] [-- extra vLLM args]",
+    )
     p.add_argument("--model", help="model folder or hub id (overrides the recipe's model_name_or_path)")
     p.add_argument("--config", help="recipe YAML: model, vllm_server_port, max prompt + completion length, LoRA rank")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="auto: gpu if nvidia-smi runs")
@@ -470,7 +478,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail("--detach and --dry-run exclude each other; drop one")
     lora_rank = args.lora_rank if args.lora_rank is not None else settings.get("lora_rank")
     if lora_rank is not None and not 1 <= lora_rank <= LORA_RANKS[-1]:
-        _fail(f"--lora-rank={lora_rank} (or the recipe's lora_r): vLLM serves LoRA ranks 1..{LORA_RANKS[-1]}; lower it")
+        _fail(
+            f"--lora-rank={lora_rank} (or the recipe's lora_r): vLLM serves LoRA ranks 1..{LORA_RANKS[-1]}; lower it"
+        )
     port = args.port if args.port is not None else settings.get("port", 8000)
     python = args.python or os.environ.get("WINNOW_VLLM_PYTHON") or default_python(device)
     vllm_version = server_vllm_version(python)

@@ -85,7 +85,9 @@ class FakeAcceleratorMode(TorchDispatchMode):
         on_acc = any(isinstance(t, AcceleratorTensor) for t in tensors)
         for t in tensors:
             if not isinstance(t, AcceleratorTensor) and t.device.type == ACCELERATOR.type:
-                raise DeviceMixError(f"{func}: a real meta tensor (no values) appeared; create it on the input's device")
+                raise DeviceMixError(
+                    f"{func}: a real meta tensor (no values) appeared; create it on the input's device"
+                )
         cpu = [tuple(t.shape) for t in tensors if not isinstance(t, AcceleratorTensor) and t.dim() > 0]
         if on_acc and cpu:
             raise DeviceMixError(f"{func}: accelerator tensors mixed with CPU tensors of shape {cpu} (fails on a GPU: "

@@ -122,7 +122,9 @@ def test_normalize_then_sum_matches_trl_formula():
     w = torch.tensor([1.0, 0.5, 2.0])
     A, _ = normalize_then_sum_advantages(R_k, w, G=4)
     grouped = R_k.view(-1, 4, 3)
-    z = ((grouped - torch.nanmean(grouped, 1, keepdim=True)) / (trl_nanstd(grouped, dim=1, keepdim=True) + 1e-4)).view(-1, 3)
+    z = ((grouped - torch.nanmean(grouped, 1, keepdim=True)) / (trl_nanstd(grouped, dim=1, keepdim=True) + 1e-4)).view(
+        -1, 3
+    )
     S = (z * w).nansum(1)
     expected = (S - S.mean()) / (trl_nanstd(S) + 1e-4)
     assert torch.equal(A, expected)

@@ -70,7 +70,9 @@ def test_bootstrap_resamples_whole_questions():
     ci = clustered_bootstrap(groups, [2.0], replicates=400, seed=42)[0]["any_inversion_rate_ci"]
     assert ci[0] <= point <= ci[1] and ci[0] < ci[1]
     assert all(abs(v * 5 - round(v * 5)) < 1e-9 for v in ci)  # percentiles of multiples of 1/5 (no interpolation)
-    assert clustered_bootstrap(groups, [2.0], replicates=400, seed=42) == clustered_bootstrap(groups, [2.0], replicates=400, seed=42)
+    assert clustered_bootstrap(groups, [2.0], replicates=400, seed=42) == clustered_bootstrap(
+        groups, [2.0], replicates=400, seed=42
+    )
     assert clustered_bootstrap(groups, [0.5], replicates=200)[0]["conflict_rate_ci"] == [0.0, 0.0]  # zero events
 
 

@@ -96,7 +96,9 @@ def test_cross_scores_match_a_direct_forward_and_metrics_are_logged(tiny_model, 
     assert 2 <= m["collapse/num_prompts"] <= 6 and m["collapse/num_samples"] == 6
     assert 0.0 <= m["collapse/retrieval_accuracy"] <= 1.0
     assert m["collapse/mi_estimate"] <= math.log(8) + 1e-9
-    assert m["collapse/reasoning_entropy"] == pytest.approx(m["collapse/mi_estimate"] + m["collapse/conditional_entropy"])
+    assert m["collapse/reasoning_entropy"] == pytest.approx(
+        m["collapse/mi_estimate"] + m["collapse/conditional_entropy"]
+    )
     top_k = [f"retrieval_at_{k}" for k in (2, 4) if k < m["collapse/num_prompts"]]  # k >= P is always a hit
     for key in ("mi_estimate_seq", "mi_zscore", "mi_zscore_ema", "tokens_scored", *top_k):
         assert f"collapse/{key}" in m

@@ -25,7 +25,9 @@ ROWS = 16
 
 
 def build(cls, cfg_cls, model, tmp_path, **overrides):
-    args = cfg_cls(output_dir=str(tmp_path / cls.__name__), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, **overrides})
+    args = cfg_cls(
+        output_dir=str(tmp_path / cls.__name__), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, **overrides}
+    )
     return cls(model=model, reward_funcs=[reward_token_parity, reward_length], args=args,
                train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
 

@@ -91,7 +91,9 @@ def test_dapo_default_prompt_is_the_grpodropout_authors(tmp_path, wrapped):
     """Default loader output = the authors' training messages, byte for byte, from a Processed-schema copy whose
     prompt is the raw problem or still carries DAPO's "Answer:" wrapper (both circulate)."""
     rows = [{"prompt": DAPO_TEMPLATE.format(problem=p) if wrapped else p, "solution": g} for p, g in AUTHORS_ROWS]
-    ds = load_task_dataset("dapo_math_17k", path=write_rows(rows, tmp_path / "en.parquet"), cache_dir=str(tmp_path / "c"))
+    ds = load_task_dataset(
+        "dapo_math_17k", path=write_rows(rows, tmp_path / "en.parquet"), cache_dir=str(tmp_path / "c")
+    )
     assert ds["prompt"][:] == [[{"role": "system", "content": AUTHORS_SYSTEM}, {"role": "user", "content": p}]
                                for p, _ in AUTHORS_ROWS]
     assert ds["answer"][:] == [g for _, g in AUTHORS_ROWS]
@@ -223,11 +225,15 @@ def test_champ_offline():
 def test_missing_column_message(tmp_path):
     rows = [{k: v for k, v in r.items() if k != "reward_model"} for r in _dapo_rows(1)]
     with pytest.raises(ValueError) as e:
-        load_task_dataset("dapo_math_17k", path=write_rows(rows, tmp_path / "bad.parquet"), cache_dir=str(tmp_path / "c"))
+        load_task_dataset(
+            "dapo_math_17k", path=write_rows(rows, tmp_path / "bad.parquet"), cache_dir=str(tmp_path / "c")
+        )
     msg = str(e.value)
     assert "dapo_math_17k" in msg and "'reward_model'" in msg and "columns found" in msg and "extra_info" in msg
     with pytest.raises(ValueError, match=r"missing expected column\(s\) \['answer'\].*columns found: \['problem'\]"):
-        load_task_dataset("json", path=write_rows([{"problem": "x"}], tmp_path / "x.jsonl"), cache_dir=str(tmp_path / "c"))
+        load_task_dataset(
+            "json", path=write_rows([{"problem": "x"}], tmp_path / "x.jsonl"), cache_dir=str(tmp_path / "c")
+        )
 
 
 def test_system_prompt_placement():

@@ -30,7 +30,10 @@ def _run(cmd: list[str], log: Path) -> None:
     with open(log, "w") as fh:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=900)
     if proc.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}); last lines:\n" + "\n".join(log.read_text().splitlines()[-40:]))
+        raise AssertionError(
+            f"{' '.join(cmd)} failed ({proc.returncode}); last lines:\n"
+            + "\n".join(log.read_text().splitlines()[-40:])
+        )
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +41,14 @@ def results(tmp_path_factory, tiny_model) -> Path:
     out = tmp_path_factory.mktemp("distributed")
     _run([sys.executable, str(SCRIPT), "--out", str(out), "--suite", "ddp", "--reference"], out / "reference.log")
     launch = [ACCELERATE, "launch", "--config_file"]
-    _run(launch + ["launch/accelerate/multi_cpu_2.yaml", str(SCRIPT), "--out", str(out), "--suite", "ddp"], out / "ddp.log")
-    _run(launch + ["launch/accelerate/zero3_cpu_2.yaml", str(SCRIPT), "--out", str(out), "--suite", "zero3"], out / "zero3.log")
+    _run(
+        launch + ["launch/accelerate/multi_cpu_2.yaml", str(SCRIPT), "--out", str(out), "--suite", "ddp"],
+        out / "ddp.log",
+    )
+    _run(
+        launch + ["launch/accelerate/zero3_cpu_2.yaml", str(SCRIPT), "--out", str(out), "--suite", "zero3"],
+        out / "zero3.log",
+    )
     return out
 
 
@@ -107,7 +116,9 @@ def test_two_processes_match_one(results, name):
     if name == "uecr":
         _check_teacher(out, partitioned=False)
     if name == "dynamic_sampling":
-        gen = [h["dynamic_sampling/gen_batches"] for h in out["ref"]["log_history"] if "dynamic_sampling/gen_batches" in h]
+        gen = [
+            h["dynamic_sampling/gen_batches"] for h in out["ref"]["log_history"] if "dynamic_sampling/gen_batches" in h
+        ]
         assert max(gen) >= 2, "no refill happened: the scenario tests nothing"
     if name == "env_rollout":  # real Sokoban episodes: moves were made, returns differ, the filter chose
         logged = [h for h in out["ref"]["log_history"] if "env/actions" in h]

@@ -224,7 +224,9 @@ GRID_START = "P___\n_O_O\n___O\nO__G"
 
 
 def test_render_exact_in_each_format():
-    envs = {f: FrozenLakeEnv(desc=GYM_4X4, success_rate=1.0, observation_format=f) for f in ("grid", "coord", "grid_coord")}
+    envs = {
+        f: FrozenLakeEnv(desc=GYM_4X4, success_rate=1.0, observation_format=f) for f in ("grid", "coord", "grid_coord")
+    }
     assert envs["grid"].reset(0) == GRID_START
     assert envs["coord"].reset(0) == COORD_START
     assert envs["grid_coord"].reset(0) == "Coordinates: \n" + COORD_START + "\nGrid Map: \n" + GRID_START

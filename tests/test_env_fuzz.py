@@ -86,7 +86,9 @@ def oracle_parse(text: object, max_actions: int, require_think: bool = True, sep
         return _NO
     answer = oracle_strip_special(inner)
     parts = [part.strip() for part in re.split(re.escape(separator), answer)]
-    return ParsedTurn(True, oracle_strip_special(thinking).strip(), answer.strip(), tuple(p for p in parts if p)[:max_actions])
+    return ParsedTurn(
+        True, oracle_strip_special(thinking).strip(), answer.strip(), tuple(p for p in parts if p)[:max_actions]
+    )
 
 
 def expected_penalty(actions: Sequence[str], names: Sequence[str], penalty: float) -> tuple[float, list[str]]:
@@ -214,7 +216,9 @@ class _Recorder:
         return result
 
 
-def fuzz(make_env: Callable[[], TextEnv], texts: Sequence[tuple[str, str]], settings: EpisodeSettings, seed0: int) -> FuzzRun:
+def fuzz(
+    make_env: Callable[[], TextEnv], texts: Sequence[tuple[str, str]], settings: EpisodeSettings, seed0: int
+) -> FuzzRun:
     """Play every text as a turn (see the module docstring for what is checked) and return the outcomes."""
     run = FuzzRun()
     s = settings
@@ -288,7 +292,9 @@ def fuzz(make_env: Callable[[], TextEnv], texts: Sequence[tuple[str, str]], sett
         state["penalties"].append(penalty)
         state["executed"] += record.executed
         assert ep.actions_left == s.max_actions_per_episode - state["executed"]
-        assert ep.done == (ep.env.done or state["executed"] >= s.max_actions_per_episode or len(ep.turns) >= s.max_turns)
+        assert ep.done == (
+            ep.env.done or state["executed"] >= s.max_actions_per_episode or len(ep.turns) >= s.max_turns
+        )
         if not ep.done:
             message = ep.next_user_message()["content"]
             assert (NO_ACTION_WARNING in message) == (not known)
@@ -375,7 +381,11 @@ def test_oracle_and_parser_on_hand_checked_cases(text, require_think, actions):
 def test_parse_turn_edge_arguments():
     for bad in (None, b"<think></think><answer>Up</answer>", 3, ["Up"]):
         assert parse_turn(bad, 2) == _NO and oracle_parse(bad, 2) == _NO
-    assert parse_turn("<think></think><answer>Up</answer>", 0) == _NO == oracle_parse("<think></think><answer>Up</answer>", 0)
+    assert (
+        parse_turn("<think></think><answer>Up</answer>", 0)
+        == _NO
+        == oracle_parse("<think></think><answer>Up</answer>", 0)
+    )
 
 
 # --- parse_turn against the oracle over the corpus -------------------------------------------------------------

@@ -74,7 +74,9 @@ def test_thousand_default_levels_are_solvable(request):
     start = time.perf_counter()
     _check_solvable(SokobanEnv(), range(1000, 2000))
     _check_solvable(SokobanEnv(dim_room=(8, 8), num_boxes=2), range(300))
-    print(f"1000 default + 300 8x8 two-box levels generated, solved and replayed in {time.perf_counter() - start:.1f}s")
+    print(
+        f"1000 default + 300 8x8 two-box levels generated, solved and replayed in {time.perf_counter() - start:.1f}s"
+    )
 
 
 def test_generated_level_shape():
@@ -116,7 +118,9 @@ def test_levels_identical_across_processes_and_hash_seeds():
     digests = []
     for hash_seed in ("0", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-        out = subprocess.run([sys.executable, "-c", DIGEST_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", DIGEST_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr
         digests.append(out.stdout.strip())
     namespace = {"__name__": "in_process"}
@@ -282,7 +286,9 @@ def test_registered_and_playable_through_an_episode():
     env = make_env("sokoban", num_boxes=1, observation_format="grid")
     assert isinstance(env, SokobanEnv)
     episode = Episode(env, seed=11)
-    assert "The meaning of each symbol in the state is:" in episode.system_message() and "Turn 1" in episode.turn_block()
+    assert (
+        "The meaning of each symbol in the state is:" in episode.system_message() and "Turn 1" in episode.turn_block()
+    )
     assert "Symbols" in Episode(env, 11, EpisodeSettings(prompt_style="detailed")).system_message()
     for response in ["garbage", "<think>go</think><answer>Up || Fly</answer>", "<think></think><answer>left</answer>"]:
         if episode.done:

@@ -38,7 +38,9 @@ def test_grpodropout_preset_is_the_papers():
 
 def test_uecr_preset_is_avg_at_12_on_its_five_benchmarks():
     cfg = load("uecr.yaml")
-    assert {b.name: b.k for b in cfg.benchmarks} == {n: 12 for n in ("aime24", "aime25", "amc23", "hmmt25_feb", "hmmt25_nov")}
+    assert {b.name: b.k for b in cfg.benchmarks} == {
+        n: 12 for n in ("aime24", "aime25", "amc23", "hmmt25_feb", "hmmt25_nov")
+    }
     # "Both models use non-thinking mode in training and evaluation" (UECR-GRPO §5.1, F.6)
     assert cfg.chat_template_kwargs == {"enable_thinking": False}
 

@@ -85,7 +85,9 @@ def test_mean_at_k_hand_case():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.integers(1, 6), st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=6, max_size=6), min_size=1, max_size=8))
+@given(
+    st.integers(1, 6), st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=6, max_size=6), min_size=1, max_size=8)
+)
 def test_mean_at_k_equal_sizes_is_pooled_mean(k, rows):
     rows = [r[:k] for r in rows]
     flat = [x for r in rows for x in r]
@@ -108,7 +110,9 @@ def test_dispersion_W_constructed_example():
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["", " ", "1", "2", " 2", "x", "x "]), st.sampled_from([0, 1])), max_size=20))
+@given(
+    st.lists(st.tuples(st.sampled_from(["", " ", "1", "2", " 2", "x", "x "]), st.sampled_from([0, 1])), max_size=20)
+)
 def test_dispersion_W_properties(pairs):
     answers = [a for a, _ in pairs]
     correct = [c for _, c in pairs]
@@ -306,7 +310,10 @@ def test_plot_benchmarks_writes_png(tmp_path, monkeypatch):
     data = path.read_bytes()
     assert data.startswith(PNG_MAGIC) and len(data) > 1000
     # one bar series per system, one bar per benchmark, in %
-    assert bars == [("GRPO", [pytest.approx(30.0), pytest.approx(70.0)]), ("Dropout", [pytest.approx(40.0), pytest.approx(65.0)])]
+    assert bars == [
+        ("GRPO", [pytest.approx(30.0), pytest.approx(70.0)]),
+        ("Dropout", [pytest.approx(40.0), pytest.approx(65.0)]),
+    ]
 
 
 def test_plot_training_curves_writes_png(tmp_path):
@@ -327,7 +334,9 @@ def test_plot_training_curves_writes_png(tmp_path):
     assert _series(rows, "entropy") == ([1.0, 3.0], [0.5, 0.4])
     assert _series(rows, "stages/kept_ratio") == ([1.0, 3.0], [0.9, 0.8])
     assert _series(read_run_metrics(b), "entropy") == ([], [])
-    path = plot_training_curves([a, b], tmp_path / "curves.png", keys=("reward", "entropy", "stages/kept_ratio", "absent"))
+    path = plot_training_curves(
+        [a, b], tmp_path / "curves.png", keys=("reward", "entropy", "stages/kept_ratio", "absent")
+    )
     data = path.read_bytes()
     assert data.startswith(PNG_MAGIC) and len(data) > 1000
     with pytest.raises(FileNotFoundError):

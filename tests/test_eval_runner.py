@@ -87,7 +87,9 @@ def test_killed_run_resumes_without_redoing_and_matches_an_uninterrupted_run(tmp
 
     rerun = run_eval(killed)
     line = next(x for x in rerun.stderr.splitlines() if "questions done" in x)
-    done, todo = (int(w) for w in line.split(": ")[-1].replace(" questions done,", "").replace(" to generate", "").split())
+    done, todo = (
+        int(w) for w in line.split(": ")[-1].replace(" questions done,", "").replace(" to generate", "").split()
+    )
     assert done >= len(done_before) - 1 and done + todo == 40  # at most the torn last question is redone
 
     full = write_config(tmp_path, tmp_path / "full", systems, benchmarks, max_tokens=24)
@@ -100,7 +102,9 @@ def test_killed_run_resumes_without_redoing_and_matches_an_uninterrupted_run(tmp
     sa = json.loads((tmp_path / "killed" / "summary.json").read_text())["systems"]
     sb = json.loads((tmp_path / "full" / "summary.json").read_text())["systems"]
     assert sa["tiny"]["benchmarks"]["arithmetic"]["mean"] == sb["tiny"]["benchmarks"]["arithmetic"]["mean"]
-    assert sa["tiny"]["benchmarks"]["arithmetic"]["entropy"] == pytest.approx(sb["tiny"]["benchmarks"]["arithmetic"]["entropy"])
+    assert sa["tiny"]["benchmarks"]["arithmetic"]["entropy"] == pytest.approx(
+        sb["tiny"]["benchmarks"]["arithmetic"]["entropy"]
+    )
 
 
 def test_results_of_another_configuration_are_not_mixed(tmp_path):

@@ -36,7 +36,9 @@ def _variants() -> list[dict]:
     out += [dict(advantage=a, **TEACHER) for a in ("puu", "uecr", "pg_opd", "distilled_rl", "atod")]
     out += [dict(advantage="uecr", uecr_normalization="separate", uecr_direction="clip", uecr_confidence="inverse",
                  uecr_projection_norm="max", uecr_weight_full_advantage=True, **TEACHER)]
-    out += [dict(advantage="uecr", uecr_use_entropy=False, uecr_use_projection=False, uecr_signed_gap=False, **TEACHER)]
+    out += [
+        dict(advantage="uecr", uecr_use_entropy=False, uecr_use_projection=False, uecr_signed_gap=False, **TEACHER)
+    ]
     return out
 
 
@@ -47,7 +49,9 @@ def test_variants_cover_every_registered_stage():
     """A newly registered filter / dropout / advantage stage must be added to the device check."""
     for kind in ("rollout_filter", "rollout_dropout", "advantage"):
         covered = {v.get(kind, "none" if kind != "advantage" else "grpo") for v in VARIANTS}
-        assert covered >= set(stages.available(kind)) - {n for n in stages.available(kind) if n.startswith("test_")}, kind
+        assert covered >= set(stages.available(kind)) - {n for n in stages.available(kind) if n.startswith("test_")}, (
+            kind
+        )
 
 
 def _batch(device_fn) -> RolloutBatch:
@@ -68,7 +72,9 @@ def _batch(device_fn) -> RolloutBatch:
                         extras={**{k: device_fn(v) for k, v in extras.items()}, "global_step": 3, "max_steps": 10})
 
 
-@pytest.mark.parametrize("overrides", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v if k != "teacher_model_name_or_path"))
+@pytest.mark.parametrize(
+    "overrides", VARIANTS, ids=lambda v: "-".join(f"{k}={v[k]}" for k in v if k != "teacher_model_name_or_path")
+)
 def test_stage_runs_on_the_accelerator(tmp_path, overrides):
     args = WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "advantage_eps": 1e-6, **overrides})
     want = stages.run_pipeline(_batch(lambda t: t), args)

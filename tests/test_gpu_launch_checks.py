@@ -84,7 +84,9 @@ def no_wandb_credentials(tmp_path, monkeypatch):
 
 
 def test_wandb_online_without_credentials_fails_before_model_load(tmp_path, no_wandb_credentials):
-    with pytest.raises(ConfigError, match=r"report_to.*WANDB_MODE=offline.*wandb login|report_to.*wandb login.*WANDB_MODE=offline"):
+    with pytest.raises(
+        ConfigError, match=r"report_to.*WANDB_MODE=offline.*wandb login|report_to.*wandb login.*WANDB_MODE=offline"
+    ):
         build(tmp_path, config(tmp_path, report_to=["wandb"]))
 
 

@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "launch"))
 import vllm_server as vs  # noqa: E402
 
-GPU_RECIPES = sorted(p for d in ("grpo", "grpodropout", "ragen", "uecr") for p in (REPO / "configs" / d).rglob("*.yaml"))
+GPU_RECIPES = sorted(
+    p for d in ("grpo", "grpodropout", "ragen", "uecr") for p in (REPO / "configs" / d).rglob("*.yaml")
+)
 ENV_TASKS = ("sokoban", "frozenlake")
 
 
@@ -40,7 +42,9 @@ def test_gpu_recipe_bounds_checkpoints_and_server_wait(path):
     r = recipe(path)
     assert isinstance(r.get("save_total_limit"), int) and 1 <= r["save_total_limit"] <= 3, "save_total_limit"
     if r.get("use_vllm") and r.get("vllm_mode") == "server":
-        assert r.get("vllm_server_timeout", 240) >= 900, "vllm_server_timeout: a GPU server's first start takes minutes"
+        assert r.get("vllm_server_timeout", 240) >= 900, (
+            "vllm_server_timeout: a GPU server's first start takes minutes"
+        )
 
 
 @lru_cache(maxsize=None)

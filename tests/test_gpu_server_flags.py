@@ -41,7 +41,9 @@ def test_version_is_read_from_the_server_interpreter():
     version = vs.server_vllm_version(_vllm_python())
     assert version is not None and version.startswith("0.31"), version
     assert vs.server_vllm_version("/nonexistent/python") is None
-    if subprocess.run([sys.executable, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"]).returncode:
+    if subprocess.run(
+        [sys.executable, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"]
+    ).returncode:
         assert vs.server_vllm_version(sys.executable) is None  # the trainer venv here has no vLLM
 
 

@@ -57,7 +57,9 @@ def test_trl_delta_is_verls_dual_clip(tiny_model, tmp_path, delta):
     A[0], A[1] = 1.5, -1.5
     ratio = torch.exp(log_ratio)
     valid = mask.bool()
-    assert ((ratio > delta) & (A < 0).unsqueeze(1) & valid).any() and ((ratio > delta) & (A > 0).unsqueeze(1) & valid).any()
+    assert ((ratio > delta) & (A < 0).unsqueeze(1) & valid).any() and (
+        (ratio > delta) & (A > 0).unsqueeze(1) & valid
+    ).any()
 
     run = {**inputs, "old_per_token_logps": old, "advantages": A}
     trainer.model.train()

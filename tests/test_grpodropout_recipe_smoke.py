@@ -27,7 +27,8 @@ SCALE = ["--model_name_or_path", "offline:tiny-qwen3", "--launch_processes", "1"
          "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1", "--steps_per_generation", "2",
          "--max_completion_length", "16", "--max_steps", "2", "--save_strategy", "no", "--plot", "false",
          "--dataloader_num_workers", "0", "--learning_rate", "1e-3",
-         "--dtype", "float32"]  # the recipe's bf16 weights need DeepSpeed's fp32 masters (trainer/guards/startup_checks.py)
+         # the recipe's bf16 weights need DeepSpeed's fp32 masters (trainer/guards/startup_checks.py)
+         "--dtype", "float32"]
 
 
 def test_grpodropout_paper_recipe_runs_through_train_py(tmp_path, tiny_model):
@@ -44,8 +45,12 @@ def test_grpodropout_paper_recipe_runs_through_train_py(tmp_path, tiny_model):
     resolved = yaml.safe_load((out / "recipe.resolved.yaml").read_text())
     train = task = resolved  # flat: recipe.resolved.yaml is itself a recipe
     assert (train["loss_type"], train["delta"], train["epsilon"]) == ("grpo", 3.0, 0.2)
-    assert (train["rollout_dropout"], train["dropout_selector"], train["dropout_delete"], train["dropout_recenter"]) == (
-        "grpodropout", "paper", "positive", "prob_weighted")
+    assert (
+        train["rollout_dropout"],
+        train["dropout_selector"],
+        train["dropout_delete"],
+        train["dropout_recenter"],
+    ) == ("grpodropout", "paper", "positive", "prob_weighted")
     assert train["num_generations"] == 8 and train["steps_per_generation"] == 2 * train["gradient_accumulation_steps"]
     assert train["chat_template_kwargs"] == {"enable_thinking": True} and task["dataset_name"] == "dapo_math_17k"
 
@@ -62,5 +67,7 @@ def test_grpodropout_paper_recipe_runs_through_train_py(tmp_path, tiny_model):
 
     parsed, _, _ = parse_recipe(argv)
     first = load_task_dataset(parsed.dataset_name, **parsed.dataset_kwargs)["prompt"][0]
-    assert first == [{"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
-                     {"role": "user", "content": PROBLEMS[0][0]}]
+    assert first == [
+        {"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
+        {"role": "user", "content": PROBLEMS[0][0]},
+    ]

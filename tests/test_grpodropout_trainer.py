@@ -27,14 +27,18 @@ ROWS = 32  # 8 prompt groups of 4: enough groups that GRPODropout removes someth
 
 
 def build(cls, cfg_cls, tiny_model, tmp_path, **overrides):
-    args = cfg_cls(output_dir=str(tmp_path / cls.__name__), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, **overrides})
+    args = cfg_cls(
+        output_dir=str(tmp_path / cls.__name__), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, **overrides}
+    )
     return cls(model=tiny_model, reward_funcs=[reward_token_parity, reward_length], args=args,
                train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
 def test_dropped_rollouts_get_zero_gradient(tiny_model, tmp_path, loss_type):
-    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout", loss_type=loss_type)
+    tr = build(
+        WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout", loss_type=loss_type
+    )
     inputs, loss, grads = one_step_loss_and_grads(tr)
     sliced, kept = kept_rows_only(inputs)
     metrics = tr._metrics["train"]

@@ -324,7 +324,9 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
     server = shlex.split(lines[0][2:].removesuffix(" &"))
     assert lines[0].endswith(" &") and server[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "node0"]
     assert server[5:7] == ["python", "launch/vllm_server.py"] and server[server.index("--config") + 1] == RECIPE
-    assert server[server.index("--host") + 1] == "0.0.0.0" and server[server.index("--tensor-parallel-size") + 1] == "8"
+    assert (
+        server[server.index("--host") + 1] == "0.0.0.0" and server[server.index("--tensor-parallel-size") + 1] == "8"
+    )
     assert "http://node0:8000/health" in lines[1]
     train = shlex.split(lines[2][2:])
     assert train[:6] == ["srun", "--nodes=2", "--ntasks=2", "-w", "node1,node2", "bash"]
@@ -360,7 +362,9 @@ def test_slurm_real_path_with_fake_srun(tmp_path):
     assert _gone(int((tmp_path / "server.pid").read_text()))
 
 
-@pytest.mark.parametrize("server,wait,message", [("die", "30", "exited (code 3)"), ("sleep", "1", "within SERVER_WAIT=1s")])
+@pytest.mark.parametrize(
+    "server,wait,message", [("die", "30", "exited (code 3)"), ("sleep", "1", "within SERVER_WAIT=1s")]
+)
 def test_slurm_fails_when_server_never_gets_healthy(tmp_path, server, wait, message):
     _fake_bin(tmp_path, server=server, curl_ok=False)
     t0 = time.monotonic()

@@ -27,7 +27,11 @@ class Snapshots(TrainerCallback):
         self.trainer, self.steps = trainer, []
 
     def on_step_end(self, args, state, control, **kwargs):
-        opt = self.trainer.optimizer.optimizer if hasattr(self.trainer.optimizer, "optimizer") else self.trainer.optimizer
+        opt = (
+            self.trainer.optimizer.optimizer
+            if hasattr(self.trainer.optimizer, "optimizer")
+            else self.trainer.optimizer
+        )
         moments = [s["exp_avg"].clone() for s in opt.state.values() if "exp_avg" in s]
         weights = {n: p.detach().clone() for n, p in self.trainer.model.named_parameters()}
         self.steps.append((weights, moments, self.trainer.lr_scheduler.get_last_lr()[0]))
@@ -50,7 +54,9 @@ def _assert_step_two_skipped(trainer, snaps, caplog, cause):
     assert any(not torch.equal(w2[n], w3[n]) for n in w2), "training did not resume after the skip"
     assert all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
     assert any("step 2" in r.message and cause in r.message and "skipped" in r.message for r in caplog.records)
-    logged = [h["numerics/skipped_steps_total"] for h in trainer.state.log_history if "numerics/skipped_steps_total" in h]
+    logged = [
+        h["numerics/skipped_steps_total"] for h in trainer.state.log_history if "numerics/skipped_steps_total" in h
+    ]
     assert logged == [0.0, 1.0, 1.0]
 
 
@@ -103,7 +109,10 @@ def edge_rollout_func(prompts, trainer):
 def edge_rewards(prompts, completions, completion_ids, **kwargs):
     """Group 0 unscorable (None), group 1 constant (zero variance), the others vary."""
     group = lambda i: i // BASE_ARGS["num_generations"]  # noqa: E731
-    return [None if group(i) == 0 else 1.0 if group(i) == 1 else float(len(ids) % 2) for i, ids in enumerate(completion_ids)]
+    return [
+        None if group(i) == 0 else 1.0 if group(i) == 1 else float(len(ids) % 2)
+        for i, ids in enumerate(completion_ids)
+    ]
 
 
 STAGES = {
@@ -137,7 +146,9 @@ def test_every_stage_stays_finite_on_hostile_batches(tmp_path, name):
     assert all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert losses and all(torch.isfinite(torch.tensor(losses)))
-    skipped = [h["numerics/skipped_steps_total"] for h in trainer.state.log_history if "numerics/skipped_steps_total" in h]
+    skipped = [
+        h["numerics/skipped_steps_total"] for h in trainer.state.log_history if "numerics/skipped_steps_total" in h
+    ]
     assert skipped and skipped[-1] == 0.0  # the stage handled the batch itself; the guard never fired
 
 

@@ -37,8 +37,12 @@ def test_model_states_follow_the_zero_formulas():
     shape = mem.shape_from_config(preflight.KNOWN_CONFIGS["Qwen/Qwen3-8B"])
     P = shape.params
     assert sum(mem.model_states(shape, mem.Launch(world=4, zero_stage=3)).values()) == pytest.approx(18 * P / 4)
-    assert sum(mem.model_states(shape, mem.Launch(world=4, zero_stage=3, fp32_grad_accum=False)).values()) == pytest.approx(16 * P / 4)
-    assert sum(mem.model_states(shape, mem.Launch(world=8, zero_stage=2)).values()) == pytest.approx(2 * P + 16 * P / 8)
+    assert sum(
+        mem.model_states(shape, mem.Launch(world=4, zero_stage=3, fp32_grad_accum=False)).values()
+    ) == pytest.approx(16 * P / 4)
+    assert sum(mem.model_states(shape, mem.Launch(world=8, zero_stage=2)).values()) == pytest.approx(
+        2 * P + 16 * P / 8
+    )
     assert sum(mem.model_states(shape, mem.Launch(world=8, zero_stage=0)).values()) == pytest.approx(16 * P)
 
 

@@ -35,7 +35,9 @@ FROZENLAKE = (
     "direction due to the slippery ice. Example answer format: <think>To forbid the hole and go to the target, I should "
     "go left then go up.</think><answer>Left || Up</answer>"
 )
-ACTIONS = '\nYour available actions are:\n{}\nYou can make up to 10 actions, separated by the action separator " || "\n'
+ACTIONS = (
+    '\nYour available actions are:\n{}\nYou can make up to 10 actions, separated by the action separator " || "\n'
+)
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -67,7 +69,9 @@ def test_reward_line_is_the_environment_reward_as_upstream_prints_it():
     float text; the format penalty is not in it (es_manager.py:183-203, 233-237)."""
     ep = Episode(SokobanEnv(), 10000, EpisodeSettings())
     ep.play("<think>x</think><answer>Up || Up</answer>")  # two moves, -0.1 each (wall bumps included)
-    assert ep.next_user_message()["content"].startswith(f"Reward:\n{0 + -0.1 + -0.1}\n\nTurn 2:\nState:\nCoordinates: \n")
+    assert ep.next_user_message()["content"].startswith(
+        f"Reward:\n{0 + -0.1 + -0.1}\n\nTurn 2:\nState:\nCoordinates: \n"
+    )
     ep.play("nothing")  # no action: penalised, reward line 0
     assert ep.next_user_message()["content"].startswith("Reward:\n0\n\nTurn 3:")
     ep.play("<think>x</think><answer>Up || Fly</answer>")  # one known move + an unknown name: -0.1, penalty not shown

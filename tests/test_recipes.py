@@ -61,7 +61,8 @@ GRPODROPOUT_GRPO_BASELINE = {
     "advantage": "grpo",
     "advantage_std": "unbiased",  # the authors ran verl: torch.std (ddof 1) + 1e-6
     "advantage_eps": 1e-6,
-    "reward_funcs": ["math_accuracy"],  # the rule-based correctness reward alone (0/1, A:verl/examples/grpo_dropout/reward.py)
+    # the rule-based correctness reward alone (0/1, A:verl/examples/grpo_dropout/reward.py)
+    "reward_funcs": ["math_accuracy"],
     "reward_weights": [1.0],
     "overlong_penalty": None,  # no overlong shaping in the GRPO setup (reward = compute_score_gt_math's 0/1 alone)
     # none of the Table 1 baselines' mechanisms (each row below adds exactly its own):
@@ -105,7 +106,8 @@ for m, pos, neg, center, p_wt in TABLE2:
 
 # Table 1 baseline rows other than GRPO and GRPODropout, as the GRPODropout authors ran them (A: above): the GRPO
 # baseline (ENABLE_SELECTOR=False, no rollout deleted) plus exactly the method's settings.
-DAPO_STEPS = {"1.7b": 110, "4b": 110, "8b": 220}  # TOTAL_TRAINING_STEPS of A:verl/examples/dapo/qwen3-*/run_dapo17k_base*.sh
+# TOTAL_TRAINING_STEPS of A:verl/examples/dapo/qwen3-*/run_dapo17k_base*.sh
+DAPO_STEPS = {"1.7b": 110, "4b": 110, "8b": 220}
 TABLE1_METHODS = {
     # full DAPO: A:verl/examples/dapo/qwen3-{1.7b,8b}/run_dapo17k_base.sh, qwen3-4b/run_dapo17k_base_bk.sh
     "dapo": {
@@ -167,7 +169,8 @@ RAGEN_MAIN = {
     "entropy_aggregation": "loss_type",  # dp_actor.py:452-456: agg_loss(entropy, mask, loss_agg_mode)
     "think_prefill": True,
     "reward_variance_stop_steps": 10,  # agent_trainer.py:1209-1242 (always on upstream)
-    "reward_variance_stop_ratio": 0.1,  # ctx_manager.py:1259-1263: the generation prompt ends with <think> (enable_think True)
+    # ctx_manager.py:1259-1263: the generation prompt ends with <think> (enable_think True)
+    "reward_variance_stop_ratio": 0.1,
     "max_completion_length": 400,
     "rollout_filter": "snr",
     "snr_metric": "reward_std",
@@ -205,7 +208,8 @@ RAGEN_EPISODE = {"max_turns": 5, "max_actions_per_turn": 2, "max_actions_per_epi
 RAGEN_ENVS = {
     "sokoban": {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 300, "max_steps": 100,
                 "observation_format": "grid_coord"},
-    # RAGEN's FrozenLakeEnvConfig p 0.9 (config.py:9); deterministic as _3_frozen_lake.yaml:23 and the main-table script
+    # RAGEN's FrozenLakeEnvConfig p 0.9 (config.py:9); deterministic as _3_frozen_lake.yaml:23 and the main-table
+    # script
     "frozenlake": {"size": 4, "p": 0.9, "success_rate": 1.0, "max_steps": 100, "observation_format": "grid_coord"},
 }
 for env, env_kwargs in RAGEN_ENVS.items():
@@ -475,7 +479,9 @@ def test_cli_overrides_beat_the_recipe():
 
 def test_unknown_recipe_key_is_an_error(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\nlearning_rat: 1e-6\n")
+    bad.write_text(
+        "model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\nlearning_rat: 1e-6\n"
+    )
     with pytest.raises(ValueError, match="learning_rat"):
         parse_recipe(["--config", str(bad)])
 
@@ -488,14 +494,18 @@ def test_wrong_value_type_is_an_error_naming_the_key(tmp_path, key, value):
     from trainer.config.core import ConfigError
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text(f"model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\n{key}: {value}\n")
+    bad.write_text(
+        f"model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\n{key}: {value}\n"
+    )
     with pytest.raises(ConfigError, match=key):
         parse_recipe(["--config", str(bad)])
 
 
 def test_yaml_numbers_written_as_strings_still_parse(tmp_path):
     ok = tmp_path / "ok.yaml"  # YAML 1.1 reads 1e-6 as a string; argparse converts it, so it stays legal
-    ok.write_text("model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\nlearning_rate: 1e-6\n")
+    ok.write_text(
+        "model_name_or_path: offline:tiny-qwen3\noutput_dir: out\nuse_cpu: true\nbf16: false\nlearning_rate: 1e-6\n"
+    )
     _, args, _ = parse_recipe(["--config", str(ok)])
     assert args.learning_rate == 1e-6
 
@@ -554,8 +564,10 @@ def test_grpodropout_recipes_render_the_authors_training_prompt(tmp_path):
     from trainer.data import load_task_dataset
 
     problem = "For which $n$ is $n^4 + 6n^3 + 11n^2 + 3n + 31$ a perfect square?"
-    authors = [{"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
-               {"role": "user", "content": problem}]
+    authors = [
+        {"role": "system", "content": "Please reason step by step, and put your final answer within \\boxed{}."},
+        {"role": "user", "content": problem},
+    ]
     local = write_rows([{"prompt": problem, "solution": "10"}], tmp_path / "en.parquet")
     seen = {}
     for rel in GRPODROPOUT_FAMILY:
@@ -566,6 +578,8 @@ def test_grpodropout_recipes_render_the_authors_training_prompt(tmp_path):
             rows = kw.pop("expected_rows", None)
             ds = load_task_dataset(task.dataset_name, path=local, cache_dir=str(tmp_path / "c"), **kw)
             with pytest.raises(ValueError, match="expected_rows"):
-                load_task_dataset(task.dataset_name, path=local, cache_dir=str(tmp_path / "c"), expected_rows=rows, **kw)
+                load_task_dataset(
+                    task.dataset_name, path=local, cache_dir=str(tmp_path / "c"), expected_rows=rows, **kw
+                )
             seen[key] = ds["prompt"][0]
         assert seen[key] == authors, rel

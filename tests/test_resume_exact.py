@@ -48,7 +48,11 @@ RECIPE = {
 }
 # The other resumable state: DAPO's dynamic-sampling refill stream and ATOD's annealed OPD weight (a frozen teacher).
 RECIPE_REFILL_ATOD = {
-    **{k: v for k, v in RECIPE.items() if k not in ("rollout_filter", "snr_value", "snr_include_zero", "rollout_dropout")},
+    **{
+        k: v
+        for k, v in RECIPE.items()
+        if k not in ("rollout_filter", "snr_value", "snr_include_zero", "rollout_dropout")
+    },
     "dynamic_sampling": True,
     "dynamic_sampling_metric": "reward",
     "max_num_gen_batches": 3,

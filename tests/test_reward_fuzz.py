@@ -241,7 +241,9 @@ class VerifierSpy:
         for pred, gold in pairs:
             p = "" if pred is None else str(pred).strip()
             g = "" if gold is None else str(gold).strip()
-            sent.append(bool(p) and bool(g) and len(p) <= verifier.MAX_PRED_CHARS and len(g) <= verifier.MAX_GOLD_CHARS)
+            sent.append(
+                bool(p) and bool(g) and len(p) <= verifier.MAX_PRED_CHARS and len(g) <= verifier.MAX_GOLD_CHARS
+            )
         self.calls.append((sent, list(results)))
         return results
 

@@ -79,4 +79,6 @@ def test_training_stops_after_the_collapse(tmp_path):
 
 def test_bad_settings_are_named(tmp_path):
     with pytest.raises(ConfigError, match="reward_variance_stop_steps"):
-        WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, reward_variance_stop_steps=10, reward_variance_stop_ratio=1.5)
+        WinnowConfig(
+            output_dir=str(tmp_path), **BASE_ARGS, reward_variance_stop_steps=10, reward_variance_stop_ratio=1.5
+        )

@@ -208,7 +208,9 @@ def test_bomb_is_cut_at_the_limit_and_worker_recovers():
 
 def test_bomb_in_reward_batch_scores_zero_and_rest_is_scored():
     f = make_math_accuracy(timeout=LIMIT)
-    scores, elapsed = _timed(lambda: f(completions=["\\boxed{1}", f"\\boxed{{{BOMB}}}", "\\boxed{1}"], answer=["1"] * 3))
+    scores, elapsed = _timed(
+        lambda: f(completions=["\\boxed{1}", f"\\boxed{{{BOMB}}}", "\\boxed{1}"], answer=["1"] * 3)
+    )
     assert scores == [1.0, 0.0, 1.0] and elapsed < LIMIT + MARGIN + 1.0  # + one worker restart
 
 

@@ -130,7 +130,8 @@ def test_qwen3_training_template_conversation_is_token_exact(tmp_path, tokenizer
     expected = tokenizer.apply_chat_template(conversation([CANONICAL] * 2, settings), tokenize=False,
                                              chat_template=training_chat_template(tokenizer))
     decoded = tokenizer.decode(out["prompt_ids"][0] + out["completion_ids"][0])
-    assert decoded + "\n" == expected  # the template closes the last turn with "<|im_end|>\n"; the sample ends at <|im_end|>
+    # the template closes the last turn with "<|im_end|>\n"; the sample ends at <|im_end|>
+    assert decoded + "\n" == expected
 
 
 def test_sampled_text_is_token_exact_and_the_mask_covers_exactly_the_sampled_tokens(tmp_path, tokenizer):
@@ -166,7 +167,9 @@ def test_sampled_text_is_token_exact_and_the_mask_covers_exactly_the_sampled_tok
 
 
 def test_through_the_trainer_loss_mask_extras_and_metrics(tmp_path, tokenizer):
-    rollout = rollout_for(tokenizer, training_chat_template(tokenizer), EpisodeSettings(max_turns=2), turn_max_tokens=8)
+    rollout = rollout_for(
+        tokenizer, training_chat_template(tokenizer), EpisodeSettings(max_turns=2), turn_max_tokens=8
+    )
     # The random model never answers in format (equal returns): the parity reward gives the update a signal.
     trainer = make_trainer(tmp_path, rollout, extra_rewards=[reward_token_parity], max_steps=1,
                            per_device_train_batch_size=4)

@@ -15,7 +15,9 @@ from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_ch
 
 def test_sampler_logps_with_the_local_env_rollout_fail_before_load(tiny_model, tmp_path):
     tok = AutoTokenizer.from_pretrained(tiny_model)
-    rollout = MultiTurnRollout("frozenlake", {}, EpisodeSettings(), 16, 0.5, ChatTokens(tok, training_chat_template(tok)))
+    rollout = MultiTurnRollout(
+        "frozenlake", {}, EpisodeSettings(), 16, 0.5, ChatTokens(tok, training_chat_template(tok))
+    )
     args = WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, old_logps_source="sampler",
                         rollout_dropout="grpodropout")
     with pytest.raises(ConfigError, match="old_logps_source.*rollout_func.*MultiTurnRollout") as err:

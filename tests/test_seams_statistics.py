@@ -83,7 +83,9 @@ def test_filter_never_ranks_dynamic_sampling_top_ups():
     # groups 2 and 3 are dynamic sampling's top-ups (initial keep False); group 2 has the largest variance of all
     rewards = [0.0, 1.0, 0.0, 0.8] + REWARDS[4:8] + [0.0, 0.0, 1.0, 1.0] + REWARDS[12:]
     keep = [True] * 8 + [False] * 8
-    out = run_pipeline(batch_of(rewards, keep=keep), args_for(rollout_filter="snr", snr_strategy="top_k_abs", snr_value=1))
+    out = run_pipeline(
+        batch_of(rewards, keep=keep), args_for(rollout_filter="snr", snr_strategy="top_k_abs", snr_value=1)
+    )
     # group 2 (variance 0.25) is not a real group; the best real one is group 0 (0.2075 > 0.0025): it trains alone
     assert out.keep.tolist() == [True] * 4 + [False] * 12
     assert out.metrics["snr/kept_groups"] == 1.0 and out.metrics["snr/score_max"] == pytest.approx(0.2075)
@@ -118,7 +120,9 @@ def test_grpodropout_ignores_rollouts_without_loss_tokens():
     # group 1: every row masked -- a group with nothing to train, named in the metrics
     rewards = [1.0, 0.0, 0.6, 1.0, 0.3, 0.8, 0.1, 0.5]
     masks = [[1, 1, 1], [1, 1, 0], [1, 1, 1], [0, 0, 0]] + [[0, 0, 0]] * 4
-    logps = torch.tensor([[-0.1, -0.2, -0.3], [-2.0, -1.0, 0.0], [-0.9, -1.1, -1.0], [-5.0, -5.0, -5.0]] + [[-1.0] * 3] * 4)
+    logps = torch.tensor(
+        [[-0.1, -0.2, -0.3], [-2.0, -1.0, 0.0], [-0.9, -1.1, -1.0], [-5.0, -5.0, -5.0]] + [[-1.0] * 3] * 4
+    )
     batch = batch_of(rewards, masks, old_logps=logps)
     out = run_pipeline(batch, args_for(rollout_dropout="grpodropout"))
     for g in range(2):
@@ -138,7 +142,8 @@ def test_grpodropout_ignores_rollouts_without_loss_tokens():
 
 @pytest.mark.parametrize("metric", ["length", "entropy"])
 def test_snr_scores_ignore_rollouts_without_loss_tokens(metric):
-    # group 0: two trained rows of length 3 / entropy 1.0, two masked rows; group 1: four rows of length 2 / entropy 0.8
+    # group 0: two trained rows of length 3 / entropy 1.0, two masked rows; group 1: four rows of length 2 /
+    # entropy 0.8
     masks = [[1, 1, 1]] * 2 + [[0, 0, 0]] * 2 + [[1, 1, 0]] * 4
     ent = torch.tensor([[1.0] * 3] * 4 + [[0.8] * 3] * 4)
     batch = batch_of([0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0], masks, entropies=ent)
@@ -194,8 +199,10 @@ def test_uecr_teacher_statistics_ignore_rollouts_without_loss_tokens():
 
 def test_dropout_metrics_exclude_groups_the_filter_removed():
     logps = -torch.rand(16, 3, generator=torch.Generator().manual_seed(0)) * 3
-    out = run_pipeline(batch_of(REWARDS, old_logps=logps),
-                       args_for(rollout_filter="snr", snr_strategy="top_k_abs", snr_value=1, rollout_dropout="grpodropout"))
+    out = run_pipeline(
+        batch_of(REWARDS, old_logps=logps),
+        args_for(rollout_filter="snr", snr_strategy="top_k_abs", snr_value=1, rollout_dropout="grpodropout"),
+    )
     assert out.metrics["dropout/nonzero_groups"] == 1.0  # only group 0 was trained; 4 groups have non-zero advantages
     assert out.metrics["dropout/kept_ratio"] == pytest.approx(float(out.keep[:4].sum()) / 4)
 

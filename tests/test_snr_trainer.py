@@ -32,7 +32,9 @@ ROWS = 32  # 8 prompt groups of 4
 
 
 def build(cls, cfg_cls, tiny_model, tmp_path, reward_funcs=None, **overrides):
-    args = cfg_cls(output_dir=str(tmp_path / cls.__name__), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, **overrides})
+    args = cfg_cls(
+        output_dir=str(tmp_path / cls.__name__), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, **overrides}
+    )
     return cls(model=tiny_model, reward_funcs=reward_funcs or [reward_token_parity, reward_length], args=args,
                train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
 
@@ -171,7 +173,9 @@ def test_entropy_metric_runs_through_trainer(tiny_model, tmp_path):
 )
 def test_config_errors_name_the_field(overrides, field):
     with pytest.raises(ConfigError) as err:
-        WinnowConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, report_to="none", rollout_filter="snr", **overrides)
+        WinnowConfig(
+            output_dir="/tmp/x", use_cpu=True, bf16=False, report_to="none", rollout_filter="snr", **overrides
+        )
     assert err.value.field_name == field and "Fix:" in str(err.value)
 
 

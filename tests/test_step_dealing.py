@@ -157,7 +157,9 @@ def test_fixed_never_stops_a_run_that_keeps_rollouts(tiny_model, tmp_path, keep,
     empty = [h["stages/empty_step"] for h in tr.state.log_history if "stages/empty_step" in h]
     assert len(empty) == 8
     assert [sum(empty[:4]), sum(empty[4:])] == [empty_per_generation] * 2
-    updates = [h["stages/updates_per_generation"] for h in tr.state.log_history if "stages/updates_per_generation" in h]
+    updates = [
+        h["stages/updates_per_generation"] for h in tr.state.log_history if "stages/updates_per_generation" in h
+    ]
     assert updates == [4.0 - empty_per_generation] * 2
     assert not any("winnow_stop_reason" in h for h in tr.state.log_history)
 

@@ -59,7 +59,9 @@ def test_chunked_scores_equal_unchunked(teacher_path, chunk_tokens, micro_batch_
 
 def test_vocabulary_check_refuses_a_smaller_or_different_vocabulary(tmp_path, teacher_path):
     student_tok = AutoTokenizer.from_pretrained(teacher_path)
-    small = Qwen3Config(vocab_size=1000, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    small = Qwen3Config(
+        vocab_size=1000, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+    )
     with pytest.raises(TeacherVocabularyError, match="1000 embedding rows"):
         check_vocabulary(student_tok, teacher_path, small)
     # same size, one token remapped in the teacher's tokenizer
@@ -69,4 +71,5 @@ def test_vocabulary_check_refuses_a_smaller_or_different_vocabulary(tmp_path, te
     t.save_pretrained(other)
     with pytest.raises(TeacherVocabularyError, match="tokenizer differs"):
         check_vocabulary(student_tok, str(other), AutoModelForCausalLM.from_pretrained(other).config)
-    check_vocabulary(student_tok, teacher_path, AutoModelForCausalLM.from_pretrained(teacher_path).config)  # same family
+    # same family
+    check_vocabulary(student_tok, teacher_path, AutoModelForCausalLM.from_pretrained(teacher_path).config)

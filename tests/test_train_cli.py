@@ -64,7 +64,9 @@ def _tree(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` with its contents (to show a refused run left it untouched)."""
     if not folder.exists():
         return {}
-    return {str(p.relative_to(folder)): (p.read_bytes().hex() if p.is_file() else "dir") for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes().hex() if p.is_file() else "dir") for p in sorted(folder.rglob("*"))
+    }
 
 
 def _fake_run(out: Path) -> None:
@@ -288,7 +290,9 @@ def test_dataset_kwargs_on_the_command_line_merge_into_the_recipe(tmp_path):
     task, _, _ = parse_recipe(["--config", str(recipe), "--dataset_kwargs", '{"seed": 7}'])
     assert task.dataset_kwargs == {"num_samples": 16, "seed": 7, "max_value": 50}
     # another dataset on the command line: the recipe's loader arguments do not apply to it
-    task, _, _ = parse_recipe(["--config", str(recipe), "--dataset_name", "countdown", "--dataset_kwargs", '{"seed": 7}'])
+    task, _, _ = parse_recipe(
+        ["--config", str(recipe), "--dataset_name", "countdown", "--dataset_kwargs", '{"seed": 7}']
+    )
     assert task.dataset_kwargs == {"seed": 7}
 
 

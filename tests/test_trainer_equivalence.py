@@ -63,8 +63,12 @@ def build(cls, cfg_cls, model, tmp_path, *, rollout=False, **overrides):
 def test_off_means_off_matches_trl(tiny_model, tmp_path, loss_type):
     """Real generation (model.generate, same seed): identical batches, loss and gradients to TRL (<= 1e-6)."""
     overrides = dict(loss_type=loss_type, beta=0.04 if loss_type == "grpo" else 0.0)
-    trl_inputs, trl_loss, trl_grads = one_step_loss_and_grads(build(GRPOTrainer, GRPOConfig, tiny_model, tmp_path, **overrides))
-    win_inputs, win_loss, win_grads = one_step_loss_and_grads(build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, **overrides))
+    trl_inputs, trl_loss, trl_grads = one_step_loss_and_grads(
+        build(GRPOTrainer, GRPOConfig, tiny_model, tmp_path, **overrides)
+    )
+    win_inputs, win_loss, win_grads = one_step_loss_and_grads(
+        build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, **overrides)
+    )
     assert torch.equal(trl_inputs["completion_ids"], win_inputs["completion_ids"])
     assert torch.equal(trl_inputs["advantages"], win_inputs["advantages"]), "grpo advantage must be TRL's, bit for bit"
     assert float(trl_inputs["advantages"].abs().sum()) > 0, "degenerate batch: no advantage signal to compare"
@@ -76,8 +80,12 @@ def test_off_means_off_matches_trl(tiny_model, tmp_path, loss_type):
 @pytest.mark.parametrize("scale_rewards", ["batch", "none"])
 def test_off_means_off_scale_rewards(tiny_model, tmp_path, scale_rewards):
     """``scale_rewards`` is honoured exactly by the grpo advantage stage."""
-    trl_inputs, _, _ = one_step_loss_and_grads(build(GRPOTrainer, GRPOConfig, tiny_model, tmp_path, scale_rewards=scale_rewards))
-    win_inputs, _, _ = one_step_loss_and_grads(build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, scale_rewards=scale_rewards))
+    trl_inputs, _, _ = one_step_loss_and_grads(
+        build(GRPOTrainer, GRPOConfig, tiny_model, tmp_path, scale_rewards=scale_rewards)
+    )
+    win_inputs, _, _ = one_step_loss_and_grads(
+        build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, scale_rewards=scale_rewards)
+    )
     assert torch.equal(trl_inputs["advantages"], win_inputs["advantages"])
 
 

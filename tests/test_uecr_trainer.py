@@ -55,7 +55,9 @@ def test_teacher_stage_without_teacher_fails_fast(tmp_path):
     with pytest.raises(ConfigError, match="teacher_model_name_or_path"):
         WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, advantage="uecr")
     with pytest.raises(ConfigError, match="uecr_rho"):
-        WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, advantage="uecr", teacher_model_name_or_path="x", uecr_rho=1.0)
+        WinnowConfig(
+            output_dir=str(tmp_path), **BASE_ARGS, advantage="uecr", teacher_model_name_or_path="x", uecr_rho=1.0
+        )
 
 
 def test_teacher_is_frozen_and_scores_align_with_the_sampled_ids(tiny_model, tmp_path, teacher_path):
@@ -112,7 +114,11 @@ def test_reference_kl_enters_once(tiny_model, tmp_path, teacher_path, advantage,
     with_kl = build(tiny_model, tmp_path / "kl", beta=0.1, **common)
     inputs, _, _ = one_step_loss_and_grads(with_kl)
     g = torch.Generator().manual_seed(0)  # a reference the policy has drifted from (at step 0 they coincide)
-    inputs = {**inputs, "ref_per_token_logps": inputs["ref_per_token_logps"] - torch.rand(inputs["ref_per_token_logps"].shape, generator=g)}
+    inputs = {
+        **inputs,
+        "ref_per_token_logps": inputs["ref_per_token_logps"]
+        - torch.rand(inputs["ref_per_token_logps"].shape, generator=g),
+    }
     loss_kl, _ = loss_and_grads(with_kl, inputs)
     with_kl.beta = 0.0
     loss_plain, _ = loss_and_grads(with_kl, inputs)

@@ -56,7 +56,9 @@ def read_wandb_history(path: str | Path, timeout: float = 30.0) -> list[dict]:
     rows = []
     for rec in records:
         if rec.WhichOneof("record_type") == "history":
-            rows.append({(item.key or ".".join(item.nested_key)): json.loads(item.value_json) for item in rec.history.item})
+            rows.append(
+                {(item.key or ".".join(item.nested_key)): json.loads(item.value_json) for item in rec.history.item}
+            )
     return rows
 
 

@@ -84,7 +84,9 @@ def test_lora_problems_name_each_obstacle():
     ok_server = {"lora_config": {"max_lora_rank": 16}}
     assert lora_problems(plain, ok_server) == []
     assert "--enable-lora" in lora_problems(plain, {"lora_config": None})[0]
-    assert "r=16 exceeds the server's --max-lora-rank 8" in lora_problems(plain, {"lora_config": {"max_lora_rank": 8}})[0]
+    assert (
+        "r=16 exceeds the server's --max-lora-rank 8" in lora_problems(plain, {"lora_config": {"max_lora_rank": 8}})[0]
+    )
     dora = get_peft_model(_tiny(False), LoraConfig(r=8, target_modules=["q_proj"], use_dora=True))
     assert any("DoRA" in p for p in lora_problems(dora, ok_server))
     saved = get_peft_model(_tiny(False), LoraConfig(r=8, target_modules=["q_proj"], modules_to_save=["lm_head"]))

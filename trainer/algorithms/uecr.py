@@ -271,7 +271,9 @@ def ecr_terms(
         q = c * (centred / (1.0 + mu_c.abs()).unsqueeze(1))
     else:
         r = c * centred
-        norm = torch.where(valid, r.abs(), zero).amax(dim=1).clamp(min=1.0) if r.shape[1] > 0 else torch.ones_like(mu_c)
+        norm = (
+            torch.where(valid, r.abs(), zero).amax(dim=1).clamp(min=1.0) if r.shape[1] > 0 else torch.ones_like(mu_c)
+        )
         q = r / norm.unsqueeze(1)
     q = torch.where(valid, q, zero)
     w = 1.0 + rho * q  # q = 0 at padding -> w = 1 exactly

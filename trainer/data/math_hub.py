@@ -36,7 +36,8 @@ BOXED_SYSTEM_PROMPT = "Please reason step by step, and put your final answer wit
 RAW_TEMPLATE = "{problem}"
 # The view the authors trained on has 14,116 rows (their train parquet's question ids run 0..14115,
 # hexuandeng/GRPODropout@4ad3b3b:data/dapo17k/dapo17k_verl_train_view.json): the English configuration of
-# open-r1/DAPO-Math-17k-Processed (deduplicated, prompts without Chinese characters). Recipes pin it with expected_rows.
+# open-r1/DAPO-Math-17k-Processed (deduplicated, prompts without Chinese characters). Recipes pin it with
+# expected_rows.
 
 DEEPMATH_TEMPLATE = "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 

@@ -149,7 +149,9 @@ class LocalBackend:
             yield self
         self._model = None
 
-    def generate(self, contexts: list[list[int]], max_new_tokens: int, temperature: float, stop_ids: Sequence[int]) -> list[Sample]:
+    def generate(
+        self, contexts: list[list[int]], max_new_tokens: int, temperature: float, stop_ids: Sequence[int]
+    ) -> list[Sample]:
         """Sample one continuation per context (left-padded batch)."""
         if not contexts:
             return []
@@ -177,7 +179,9 @@ class VLLMServerBackend:
         """Nothing to hold between turns (weights are synced by TRL before the rollout)."""
         return nullcontext(self)
 
-    def generate(self, contexts: list[list[int]], max_new_tokens: int, temperature: float, stop_ids: Sequence[int]) -> list[Sample]:
+    def generate(
+        self, contexts: list[list[int]], max_new_tokens: int, temperature: float, stop_ids: Sequence[int]
+    ) -> list[Sample]:
         """Generate on the server for every process's contexts; return this process's samples."""
         from accelerate.utils import broadcast_object_list, gather_object
 
@@ -200,7 +204,10 @@ class VLLMServerBackend:
             return []
         ids, logprobs = payload[0]
         start = sum(counts[: acc.process_index])
-        return [Sample(list(i), list(lp)) for i, lp in zip(ids[start : start + len(contexts)], logprobs[start : start + len(contexts)])]
+        return [
+            Sample(list(i), list(lp))
+            for i, lp in zip(ids[start : start + len(contexts)], logprobs[start : start + len(contexts)])
+        ]
 
 
 @dataclass
@@ -258,8 +265,12 @@ class MultiTurnRollout:
                 raise ConfigError("vllm_mode", f"{trainer.vllm_mode!r} is not supported by the multi-turn rollout",
                                   "use vllm_mode: server, or use_vllm: false for local generation")
             if trainer.max_completion_length < self.turn_max_tokens:
-                raise ConfigError("max_completion_length", f"{trainer.max_completion_length} is shorter than one turn "
-                                  f"(turn_max_tokens={self.turn_max_tokens})", "raise it to hold every turn of an episode")
+                raise ConfigError(
+                    "max_completion_length",
+                    f"{trainer.max_completion_length} is shorter than one turn "
+                    f"(turn_max_tokens={self.turn_max_tokens})",
+                    "raise it to hold every turn of an episode",
+                )
         return self.backend
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
@@ -282,7 +293,9 @@ class MultiTurnRollout:
                 samples = generator.generate([rows[i].prompt + rows[i].completion for i in live],
                                              self.turn_max_tokens, temperature, stop_ids)
                 for i, sample in zip(live, samples):
-                    self._play_turn(episodes[i], rows[i], cut_at_stop(sample, set(stop_ids), self.turn_max_tokens), budget)
+                    self._play_turn(
+                        episodes[i], rows[i], cut_at_stop(sample, set(stop_ids), self.turn_max_tokens), budget
+                    )
         for row in rows:  # an episode over before its first turn (a level that starts solved) still needs a token
             if not row.completion:
                 row.append([self.chat.turn_end_id], model=False)

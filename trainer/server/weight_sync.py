@@ -159,7 +159,9 @@ class VersionedSync:
     def __init__(self, generation: Any, base_url: str, args: Any, keep: int):
         self.generation, self.base_url, self.timeout = generation, base_url, args.vllm_request_timeout
         self.is_main = generation.accelerator.is_main_process
-        self.folders = VersionFolders(args.weight_sync_dir, args.weight_sync_server_dir, keep) if self.is_main else None
+        self.folders = (
+            VersionFolders(args.weight_sync_dir, args.weight_sync_server_dir, keep) if self.is_main else None
+        )
 
     def load(self, staging: str, start: float, nbytes: int, endpoint: str,
              payload: Callable[[str], dict], what: str) -> dict[str, float]:
@@ -236,7 +238,9 @@ class LoraSync(VersionedSync):
 
         start = time.perf_counter()
         with self.generation._dist.gather_params(self.params):
-            state = get_peft_model_state_dict(self.generation.model, adapter_name=self.adapter) if self.is_main else None
+            state = (
+                get_peft_model_state_dict(self.generation.model, adapter_name=self.adapter) if self.is_main else None
+            )
             if state is not None:
                 state = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in state.items()}
         if not self.is_main:
@@ -257,8 +261,10 @@ def lora_problems(model: Any, server_info: dict | None) -> list[str]:
     from peft import PeftModel
 
     if not isinstance(model, PeftModel):
-        return ["weight_sync: lora needs a PEFT model (set use_peft: true with lora_r/lora_alpha/lora_target_modules), "
-                "or use weight_sync: disk"]
+        return [
+            "weight_sync: lora needs a PEFT model (set use_peft: true with lora_r/lora_alpha/lora_target_modules), "
+            "or use weight_sync: disk"
+        ]
     config = model.peft_config[model.active_adapter]
     problems = []
     if getattr(config, "use_dora", False):
@@ -269,9 +275,11 @@ def lora_problems(model: Any, server_info: dict | None) -> list[str]:
     if server_info is not None:
         lora = server_info.get("lora_config")
         if not lora:
-            problems.append("the server runs without LoRA: start it with --enable-lora --max-lora-rank "
-                            f">= {config.r} --max-loras 1 and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 (launch/vllm_server.py "
-                            f"--lora-rank {config.r})")
+            problems.append(
+                "the server runs without LoRA: start it with --enable-lora --max-lora-rank "
+                f">= {config.r} --max-loras 1 and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 (launch/vllm_server.py "
+                f"--lora-rank {config.r})"
+            )
         elif int(lora.get("max_lora_rank") or 0) < int(config.r):
             problems.append(f"the adapter's rank r={config.r} exceeds the server's --max-lora-rank "
                             f"{lora.get('max_lora_rank')}: restart it with --lora-rank {config.r}")

@@ -241,7 +241,9 @@ def run(argv: list[str]) -> Report:
     attn = str(model_args.attn_implementation or "sdpa")
     flash = "flash" in attn
     if flash:
-        report.add("ok" if versions["flash-attn"] else "FAIL", "attention", f"{attn}: flash-attn {versions['flash-attn']}")
+        report.add(
+            "ok" if versions["flash-attn"] else "FAIL", "attention", f"{attn}: flash-attn {versions['flash-attn']}"
+        )
     else:
         report.add("", "attention", f"{attn} (4-D mask of rows x length^2 bytes counted below)")
 
@@ -289,7 +291,9 @@ def run(argv: list[str]) -> Report:
     existing = next(p for p in (out, *out.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     if limit is None:
-        report.add("WARN", "disk", f"one checkpoint ~{_gb(ckpt)}; save_total_limit unset: unbounded ({_gb(free)} free)")
+        report.add(
+            "WARN", "disk", f"one checkpoint ~{_gb(ckpt)}; save_total_limit unset: unbounded ({_gb(free)} free)"
+        )
     else:
         need = ckpt * (limit + 1)  # the next checkpoint is written before the oldest is rotated out
         report.add("ok" if need <= free else "WARN", "disk", f"{limit} + 1 checkpoints x ~{_gb(ckpt)} = {_gb(need)} "

@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = read_metrics(jsonl)
     png = plot_metrics(jsonl, jsonl.with_suffix(".png"))
     times = sorted(float(r["step_time"]) for r in rows if isinstance(r.get("step_time"), (int, float)))
-    print(f"{len(rows)} steps; median step time {times[len(times) // 2] if times else float('nan'):.1f} s; plot: {png}")
+    print(
+        f"{len(rows)} steps; median step time {times[len(times) // 2] if times else float('nan'):.1f} s; plot: {png}"
+    )
     print(learning_verdict(rows))
 
 
