@@ -7,8 +7,9 @@ Rules (reference notes §3.3-3.5):
 - a turn's actions are parsed from ``<think>…</think><answer>a1 || a2</answer>`` (envs/parsing.py), at most
   ``max_actions_per_turn`` of them, and at most the actions left of ``max_actions_per_episode``;
 - a turn gets ``format_penalty`` (−0.1) when it has no action or one of its (truncated) actions is a name the
-  environment does not know -- names past the truncation are never looked at, as in RAGEN; the known ones still run, in order, until the environment is done; after a turn without any
-  valid action the next observation says so and the state is unchanged;
+  environment does not know -- names past the truncation are never looked at, as in RAGEN; the known ones still
+  run, in order, until the environment is done; after a turn without any valid action the next observation says so
+  and the state is unchanged;
 - the episode ends when the environment is done, the action budget is spent or ``max_turns`` turns were
   played; ``episode_return`` = Σ environment rewards + Σ format penalties; ``success`` is the
   environment's own success flag (logged separately, never mixed into the return).
@@ -85,13 +86,15 @@ class Episode:
                 return ragen_system_message(self.env, s.max_actions_per_episode)
             return (SYSTEM_PREFIX + self.env.instructions() + "\nYour available actions are:\n"
                     + ", ".join(self.env.action_names)
-                    + f'\nYou can make up to {s.max_actions_per_episode} actions, separated by the action separator " || "\n')
+                    + f"\nYou can make up to {s.max_actions_per_episode} actions, "
+                    'separated by the action separator " || "\n')
         names = ", ".join(self.env.action_names)
         return (
             SYSTEM_PREFIX
             + self.env.instructions()
             + f"\nYour available actions are:\n{names}\n"
-            + f"You can make up to {s.max_actions_per_turn} actions per turn and {s.max_actions_per_episode} in total, "
+            + f"You can make up to {s.max_actions_per_turn} actions per turn "
+            f"and {s.max_actions_per_episode} in total, "
             + 'separated by the action separator " || "\n'
         )
 

@@ -27,7 +27,8 @@ INSTRUCTIONS = {
     ),
     ("sokoban", "coord"): (
         "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.\n"
-        "You are provided with a symbol grid and the zero-indexed coordinates of the player, each box, and each target. \n"
+        "You are provided with a symbol grid and the zero-indexed coordinates of the player, each box, "
+        "and each target. \n"
         + _RANGE
         + " \n"
         "When you are exactly next to a box, you can push it by moving in the same direction. \n"
@@ -40,7 +41,8 @@ INSTRUCTIONS = {
         "should go left then go up.</think><answer>Left || Up</answer>"
     ),
     ("frozenlake", "coord"): (
-        "You are solving the FrozenLake puzzle. The observation includes both a symbol grid and zero-indexed coordinates "
+        "You are solving the FrozenLake puzzle. The observation includes both a symbol grid and zero-indexed "
+        "coordinates "
         "for the start, goal, player, and any holes.\n" + _RANGE + "\n"
         "Beware that the ice is slippery, so the agent might slide and end up in an unintended tile.\n"
         "Respond with a sequence of actions such as <answer>Left || Up || Up</answer>.\n"
@@ -51,7 +53,8 @@ INSTRUCTIONS = {
 GRID_VOCAB = {
     "sokoban": {"#": "wall", "_": "empty", "O": "target", "√": "box on target", "X": "box", "P": "player",
                 "S": "player on target"},
-    "frozenlake": {"P": "player", "_": "empty", "O": "hole", "G": "goal", "X": "player in hole", "√": "player on goal"},
+    "frozenlake": {"P": "player", "_": "empty", "O": "hole", "G": "goal", "X": "player in hole",
+                   "√": "player on goal"},
 }
 COORD_HINT = (  # ctx_manager.py:133-139 (upstream appends it for observation_format coord, whatever the env)
     "\nStates are provided as coordinate lists using zero-based indexing with the format (row, col) for each entity "

@@ -64,7 +64,8 @@ def test_overlong_penalty_reward_function_uses_token_counts():
     f = rewards.get_reward(
         "overlong_penalty", max_completion_length=20, overlong_buffer_len=8, overlong_penalty_factor=1.0
     )
-    assert f(prompts=["p"] * 3, completions=["a"] * 3, completion_ids=[[1] * 5, [1] * 16, [1] * 20]) == [0.0, -0.5, -1.0]
+    assert f(prompts=["p"] * 3, completions=["a"] * 3,
+             completion_ids=[[1] * 5, [1] * 16, [1] * 20]) == [0.0, -0.5, -1.0]
     unconfigured = rewards.get_reward("overlong_penalty")
     with pytest.raises(ValueError, match="max_completion_length"):
         unconfigured(prompts=["p"], completions=["a"], completion_ids=[[1]])

@@ -31,12 +31,14 @@ SCALE = [
 # family -> (recipe, extra overrides, metrics the run must log)
 FAMILIES = {
     # overlong buffer scaled to the 40-token budget; at most 3 generation batches per step
-    "dapo": ("configs/grpodropout/table1/qwen3-4b-dapo.yaml", ["--overlong_buffer_len", "16", "--max_num_gen_batches", "3"],
-             ["dynamic_sampling/gen_batches", "dynamic_sampling/mixed_groups", "dynamic_sampling/first_batch_mixed_ratio",
-              "rewards/overlong_penalty/mean"]),
+    "dapo": ("configs/grpodropout/table1/qwen3-4b-dapo.yaml",
+             ["--overlong_buffer_len", "16", "--max_num_gen_batches", "3"],
+             ["dynamic_sampling/gen_batches", "dynamic_sampling/mixed_groups",
+              "dynamic_sampling/first_batch_mixed_ratio", "rewards/overlong_penalty/mean"]),
     "clip_cov": ("configs/grpodropout/table1/qwen3-4b-clip_cov.yaml", [],
                  ["clip_cov/selected_frac", "clip_cov/candidate_frac"]),
-    "kl_cov": ("configs/grpodropout/table1/qwen3-4b-kl_cov.yaml", [], ["kl_cov/selected_frac", "kl_cov/abs_log_ratio_mean"]),
+    "kl_cov": ("configs/grpodropout/table1/qwen3-4b-kl_cov.yaml", [],
+               ["kl_cov/selected_frac", "kl_cov/abs_log_ratio_mean"]),
     "beyond8020": ("configs/grpodropout/table1/qwen3-4b-beyond8020.yaml", [], ["entropy"]),
     "drgrpo": ("configs/ragen/countdown-drgrpo-nofilter.yaml",
                # --dataset_kwargs merges into the recipe's mapping: a null path drops its hub copy (generated offline)

@@ -90,7 +90,8 @@ def test_clip_cov_is_trls_loss_with_the_selected_tokens_out_of_the_numerator(tin
     # PPO-clipped tokens are never chosen
     logp = win._get_per_token_logps_and_entropies(
         win.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-        torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), inputs["completion_ids"].shape[1])[0].detach()
+        torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+        inputs["completion_ids"].shape[1])[0].detach()
     r = torch.exp(logp - inputs["old_per_token_logps"])
     A = inputs["advantages"].unsqueeze(1)
     clipped = (-A * torch.clamp(r, 0.8, 1.2)) > (-A * r)

@@ -26,7 +26,8 @@ PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; meas
 
 
 def _run(cmd: list[str], log: Path) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "DS_ACCELERATOR": "cpu"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1",
+           "DS_ACCELERATOR": "cpu"}
     with open(log, "w") as fh:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=900)
     if proc.returncode != 0:

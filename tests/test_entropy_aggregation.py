@@ -24,7 +24,8 @@ def verl_agg(h: torch.Tensor, m: torch.Tensor, mode: str) -> torch.Tensor:
 def test_verl_agg_hand_case():
     h = torch.tensor([[1.0, 2.0, 3.0, 9.0], [4.0, 9.0, 9.0, 9.0]])
     m = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
-    assert [float(verl_agg(h, m, k)) for k in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")] == [2.5, 3.0, 5.0]
+    assert [float(verl_agg(h, m, k))
+            for k in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")] == [2.5, 3.0, 5.0]
 
 
 def entropies_from_logits(trainer, inputs) -> torch.Tensor:

@@ -197,7 +197,8 @@ class FuzzRun:
             f"    worst parse_turn {self.worst_parse}; worst Episode.play {self.worst_play}\n"
             f"    texts <= {ORACLE_MAX_CHARS:,} chars: worst parse_turn {self.worst_parse_small}; worst Episode.play "
             f"{self.worst_play_small}\n"
-            f"    {len(self.huge)} texts > {ORACLE_MAX_CHARS:,} chars (returned, not oracle-checked): worst parse_turn "
+            f"    {len(self.huge)} texts > {ORACLE_MAX_CHARS:,} chars (returned, not oracle-checked): "
+            "worst parse_turn "
             f"{self.worst_parse_huge}; worst Episode.play {self.worst_play_huge}"
         )
 
@@ -400,7 +401,8 @@ def test_parse_turn_matches_oracle_on_corpus():
                 t0 = time.perf_counter()
                 got = parse_turn(text, max_actions, require_think)
                 worst.update(time.perf_counter() - t0, cls, text)
-                assert got == oracle_parse(text, max_actions, require_think), (cls, text[:300], max_actions, require_think)
+                assert got == oracle_parse(text, max_actions, require_think), (cls, text[:300], max_actions,
+                                                                               require_think)
         for separator in ("|", ",", " || ", "<|im_end|>"):
             assert parse_turn(text, 10**6, separator=separator) == oracle_parse(text, 10**6, separator=separator)
     print(f"\n[parse_turn vs oracle] {len(texts)} texts x 12 argument sets; worst parse_turn {worst}")

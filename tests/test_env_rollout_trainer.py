@@ -37,7 +37,8 @@ def run_recipe(rel: str, tmp_path: Path, *extra: str):
 def test_sokoban_recipe_trains_through_the_multi_turn_rollout(tmp_path):
     # the random tiny model never closes a think block: without the prefill its turns are whole-completion traces
     trainer, returned = run_recipe("configs/ragen/sokoban-grpo-topp0.9.yaml", tmp_path, "--eval_strategy", "no",
-                                   "--val_before_train", "false", "--think_prefill", "false", "--collapse_turns", "all")
+                                   "--val_before_train", "false", "--think_prefill", "false",
+                                   "--collapse_turns", "all")
     out = returned[0]
     seeds = out["env_seed"]
     assert len(seeds) == 4 and seeds[0] == seeds[1] and seeds[2] == seeds[3]  # a group shares its level

@@ -47,7 +47,8 @@ def pair(tiny_model, tmp_path_factory):
     """TRL's trainer and the subclass on the same model (beta != 0, entropy bonus on), and a micro-batch TRL
     generated, moved off-policy and away from the reference."""
     out = tmp_path_factory.mktemp("drifted")
-    common = {**BASE_ARGS, "per_device_train_batch_size": ROWS, "beta": 0.04, "entropy_coef": 0.01, "epsilon_high": 0.28}
+    common = {**BASE_ARGS, "per_device_train_batch_size": ROWS, "beta": 0.04, "entropy_coef": 0.01,
+              "epsilon_high": 0.28}
     trl = GRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length],
                       args=GRPOConfig(output_dir=str(out / "trl"), **common), train_dataset=prompt_dataset(),
                       rollout_func=deterministic_rollout_func)
@@ -117,7 +118,8 @@ def test_equals_trl_with_drifted_reference_and_off_policy_ratios(pair, loss_type
         finally:
             for k, v in saved.items():
                 setattr(win.args, k, v)
-        assert abs(float(win_loss - ref_loss)) <= 1e-6 * abs(float(ref_loss)) + 1e-9, (bias_correction, win_loss, ref_loss)
+        assert abs(float(win_loss - ref_loss)) <= 1e-6 * abs(float(ref_loss)) + 1e-9, (bias_correction, win_loss,
+                                                                                      ref_loss)
         assert _rel(ref_grads, win_grads) <= 1e-5, bias_correction
         assert abs(win_kl - ref_kl) <= 1e-6 * abs(ref_kl) and ref_kl > 1e-3  # the logged kl is TRL's, and not zero
         results[bias_correction] = ref_grads
@@ -142,7 +144,8 @@ def test_removed_means_removed_with_drifted_reference_and_off_policy_ratios(tiny
     False), the row-normalised losses carry winnow_loss_scale = N/K = 2, which must scale the KL term too."""
     common = {**BASE_ARGS, "per_device_train_batch_size": 16, "beta": 0.04}
     win = WinnowGRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length],
-                            args=WinnowConfig(output_dir=str(tmp_path / "win"), rollout_dropout="test_drop_fixed_drifted",
+                            args=WinnowConfig(output_dir=str(tmp_path / "win"),
+                                              rollout_dropout="test_drop_fixed_drifted",
                                               compact_batch=compact_batch, **common),
                             train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
     trl = GRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length],

@@ -81,8 +81,8 @@ def test_advantages_are_the_recentered_selection(tiny_model, tmp_path):
 @pytest.mark.parametrize("source, forwards", [("policy", 1), ("sampler", 0)])
 def test_sampler_logps_skip_the_old_policy_forward(tiny_model, tmp_path, source, forwards):
     # (the entropy-before-selection metric needs a forward of its own with sampler log-probs: off here)
-    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout", old_logps_source=source,
-               log_entropy_before_selection=False)
+    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout",
+               old_logps_source=source, log_entropy_before_selection=False)
     calls = []
     original = tr._get_per_token_logps_and_entropies
     tr._get_per_token_logps_and_entropies = lambda *a, **k: calls.append(1) or original(*a, **k)

@@ -15,25 +15,28 @@ from envs.sokoban import SokobanEnv
 COORD_SOKOBAN = (
     "You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.\nYou are "
     "provided with a symbol grid and the zero-indexed coordinates of the player, each box, and each target. \n"
-    "Coordinates range from the top-left corner (0, 0) to the bottom-right corner (5, 5). \nWhen you are exactly next "
-    "to a box, you can push it by moving in the same direction. \nYou cannot push a box through a wall, and you cannot "
-    "pull a box.\nThe answer should be a sequence of actions, like <answer>Right || Right || Up</answer>.\n"
+    "Coordinates range from the top-left corner (0, 0) to the bottom-right corner (5, 5). \nWhen you are "
+    "exactly next to a box, you can push it by moving in the same direction. \nYou cannot push a box through a "
+    "wall, and you cannot pull a box.\nThe answer should be a sequence of actions, like "
+    "<answer>Right || Right || Up</answer>.\n"
 )
 SIMPLE_SOKOBAN = (
     "You are solving the Sokoban puzzle. \nYou are the player and you need to push all boxes to targets. \nWhen you "
-    "are right next to a box, you can push it by moving in the same direction. \nYou cannot push a box through a wall, "
-    "and you cannot pull a box. \nThe answer should be a sequence of actions, like <answer>Right || Right || Up</answer>\n"
+    "are right next to a box, you can push it by moving in the same direction. \nYou cannot push a box through a "
+    "wall, and you cannot pull a box. \nThe answer should be a sequence of actions, like "
+    "<answer>Right || Right || Up</answer>\n"
 )
 COORD_FROZENLAKE = (
     "You are solving the FrozenLake puzzle. The observation includes both a symbol grid and zero-indexed coordinates "
-    "for the start, goal, player, and any holes.\nCoordinates range from the top-left corner (0, 0) to the bottom-right "
-    "corner (5, 5).\nBeware that the ice is slippery, so the agent might slide and end up in an unintended tile.\n"
+    "for the start, goal, player, and any holes.\nCoordinates range from the top-left corner (0, 0) to the "
+    "bottom-right corner (5, 5).\nBeware that the ice is slippery, so the agent might slide and end up in an "
+    "unintended tile.\n"
     "Respond with a sequence of actions such as <answer>Left || Up || Up</answer>.\n"
 )
 FROZENLAKE = (
     "You are solving the FrozenLake puzzle. Forbid the whole and go to the target. You may move to the unintended "
-    "direction due to the slippery ice. Example answer format: <think>To forbid the hole and go to the target, I should "
-    "go left then go up.</think><answer>Left || Up</answer>"
+    "direction due to the slippery ice. Example answer format: <think>To forbid the hole and go to the target, I "
+    "should go left then go up.</think><answer>Left || Up</answer>"
 )
 ACTIONS = (
     '\nYour available actions are:\n{}\nYou can make up to 10 actions, separated by the action separator " || "\n'

@@ -92,8 +92,8 @@ COUNTDOWN_GOLDS = (
     encode_answer(10, [1, 2, 3, 4], "1 + 2 + 3 + 4"),
     encode_answer(98, [44, 19, 35], None),
 )
-COUNTDOWN_NAMES = ("(3 + 5 - 4) * 6", "1 + 2 + 3 + 4", "44 + 19 + 35", "3 + 4 + 5 + 6", "6 / (5 - 5) + 3 + 4", "-3 + 4",
-                   "3 ** 4 + 5 - 6", "8 / (3 - 8 / 3)", "__import__('os')")
+COUNTDOWN_NAMES = ("(3 + 5 - 4) * 6", "1 + 2 + 3 + 4", "44 + 19 + 35", "3 + 4 + 5 + 6", "6 / (5 - 5) + 3 + 4",
+                   "-3 + 4", "3 ** 4 + 5 - 6", "8 / (3 - 8 / 3)", "__import__('os')")
 
 OVERLONG = dict(max_completion_length=1024, overlong_buffer_len=256, overlong_penalty_factor=1.0)
 

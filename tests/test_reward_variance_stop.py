@@ -1,6 +1,7 @@
 """RAGEN's reward-variance collapse early stop (issue 20 item 7). The oracle is upstream's loop body, copied from
 mll-lab-nu/RAGEN@20daedc ragen/trainer/agent_trainer.py:251-258 (state) and 1209-1235 (update), with the metric
-``rollout/in_group_reward_std`` = ``rm_scores.reshape(groups, size).std(dim=-1).mean()`` (rollout_filter.py:428,439)."""
+``rollout/in_group_reward_std`` = ``rm_scores.reshape(groups, size).std(dim=-1).mean()``
+(rollout_filter.py:428,439)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ if "test-line" not in available():
 # A ChatML template that renders every message verbatim (SmolLM2's family): with it the decoded rollout
 # must equal the rendered conversation for *any* sampled text, garbage included.
 CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 CANONICAL = "<think>\nThe goal is to the right.\n</think>\n\n<answer>Right || Right</answer>"

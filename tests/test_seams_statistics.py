@@ -32,8 +32,9 @@ def batch_of(rewards, masks=None, T=3, keep=None, **fields):
     R_k = R_k.unsqueeze(1) if R_k.dim() == 1 else R_k
     N = R_k.shape[0]
     mask = torch.ones(N, T) if masks is None else torch.tensor(masks, dtype=torch.float32)
-    return RolloutBatch(R_k=R_k, reward_weights=torch.ones(R_k.shape[1]), reward_names=[f"r{k}" for k in range(R_k.shape[1])],
-                        G=G, completion_ids=torch.arange(N * mask.shape[1]).view(N, -1) % 50 + 100, mask=mask,
+    return RolloutBatch(R_k=R_k, reward_weights=torch.ones(R_k.shape[1]),
+                        reward_names=[f"r{k}" for k in range(R_k.shape[1])], G=G,
+                        completion_ids=torch.arange(N * mask.shape[1]).view(N, -1) % 50 + 100, mask=mask,
                         keep=None if keep is None else torch.tensor(keep), **fields)
 
 

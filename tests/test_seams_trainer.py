@@ -54,7 +54,8 @@ def old_policy(model, out, temperature):
 
 def test_grpodropout_with_masked_truncations_at_temperature(tiny_model, tmp_path, monkeypatch):
     args = WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "per_device_train_batch_size": 32,
-                        "temperature": TEMPERATURE, "mask_truncated_completions": True, "rollout_dropout": "grpodropout"})
+                        "temperature": TEMPERATURE, "mask_truncated_completions": True,
+                        "rollout_dropout": "grpodropout"})
     tr = WinnowGRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length], args=args,
                            train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
     seen = snapshot_pipeline(tr, monkeypatch)

@@ -66,8 +66,8 @@ def test_filtered_groups_get_zero_gradient(tiny_model, tmp_path, loss_type):
 @pytest.mark.parametrize("mode", ["linear", "sqrt"])
 def test_loss_scaling_multiplies_advantages_by_kept_fraction(tiny_model, tmp_path, mode):
     plain = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path / "plain", rollout_filter="snr", snr_value=0.5)
-    scaled = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path / "scaled", rollout_filter="snr", snr_value=0.5,
-                   snr_loss_scaling=mode)
+    scaled = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path / "scaled", rollout_filter="snr",
+                   snr_value=0.5, snr_loss_scaling=mode)
     a, _, _ = one_step_loss_and_grads(plain)
     b, _, _ = one_step_loss_and_grads(scaled)
     fraction = plain._metrics["train"]["snr/kept_ratio"][-1]
@@ -110,8 +110,9 @@ def test_all_filtered_steps_change_nothing_and_stop_training(tiny_model, tmp_pat
     """Step 1 trains; at step 2 (and 3) every group's reward is flat, so the filter keeps nothing: the
     weights, Adam's moments and step count, and the LR schedule stay exactly as step 1 left them, and after
     snr_empty_stop_steps=2 empty steps training stops with a message (max_steps is 6)."""
-    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, reward_funcs=[reward_parity_flat_at(2, 3, 4, 5, 6)],
-               rollout_filter="snr", snr_value=0.9, per_device_train_batch_size=8, max_steps=6,
+    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path,
+               reward_funcs=[reward_parity_flat_at(2, 3, 4, 5, 6)], rollout_filter="snr", snr_value=0.9,
+               per_device_train_batch_size=8, max_steps=6,
                lr_scheduler_type="linear", weight_decay=0.1, snr_empty_stop_steps=2)
     snaps = Snapshots()
     snaps.trainer = tr

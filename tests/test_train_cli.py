@@ -86,7 +86,8 @@ CASES = [
     ("local_model_missing", {"model_name_or_path": "/no/such/model"}, [], {}, "model_name_or_path", "save_pretrained"),
     ("hub_model_not_cached", {"model_name_or_path": "nobody-xyz/no-such-model"}, [], {"HF_HUB_OFFLINE": "1"},
      "model_name_or_path", "hf download"),
-    ("teacher_alias", {"teacher_model_name_or_path": "offline:nope"}, [], {}, "teacher_model_name_or_path", "offline:smollm2"),
+    ("teacher_alias", {"teacher_model_name_or_path": "offline:nope"}, [], {}, "teacher_model_name_or_path",
+     "offline:smollm2"),
     ("lora_sync_without_peft", {"use_vllm": True, "vllm_mode": "server", "weight_sync": "lora"}, [], {}, "weight_sync",
      "use_peft: true"),
     ("reward_weights_length", {"reward_weights": [1.0]}, [], {}, "reward_weights", "one weight per entry"),
@@ -313,7 +314,8 @@ def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_
         "def length_reward(prompts=None, completions=None, completion_ids=None, **kwargs):\n"
         "    return [float(len(c)) for c in completion_ids]\n")
     monkeypatch.chdir(tmp_path)
-    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"), "import_modules": ["user_ext_cli.ext"],
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"),
+                                          "import_modules": ["user_ext_cli.ext"],
                                           "rollout_filter": "keep_all_user",
                                           "reward_funcs": ["math_accuracy", "user_ext_cli.ext.length_reward"]})
     task, args, model = parse_recipe(["--config", str(recipe)])

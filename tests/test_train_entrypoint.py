@@ -41,7 +41,8 @@ RECIPE = {
 
 def _train(recipe: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
-    cmd = [ACCELERATE, "launch", "--config_file", "launch/accelerate/cpu.yaml", "launch/train.py", "--config", str(recipe), *extra]
+    cmd = [ACCELERATE, "launch", "--config_file", "launch/accelerate/cpu.yaml", "launch/train.py",
+           "--config", str(recipe), *extra]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc

@@ -113,7 +113,8 @@ def test_removed_means_removed(tiny_model, tmp_path, loss_type):
 def test_per_token_advantages_reach_the_loss(tiny_model, tmp_path):
     """A known (N, T) pattern: on-policy ratio is 1, so the grpo loss is -mean_i mean_t A_it over the mask,
     and the gradient is that of -mean_i mean_t A_it log pi(y_t)."""
-    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout=True, advantage="test_per_token", loss_type="grpo")
+    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout=True, advantage="test_per_token",
+               loss_type="grpo")
     inputs, loss, grads = one_step_loss_and_grads(tr)
     A = inputs["advantages"]
     assert A.dim() == 2 and A.shape == inputs["completion_ids"].shape

@@ -145,7 +145,8 @@ def test_empty_completion_scores_zero_with_unit_weights(tmp_path):
         R_k=torch.tensor([[1.0], [0.0], [1.0], [0.0], [1.0], [1.0], [1.0], [1.0]]),
         reward_weights=torch.ones(1), reward_names=["acc"], G=G,
         completion_ids=torch.randint(0, 100, (N, T), generator=g), mask=mask,
-        extras={"teacher_logps": -torch.rand(N, T, generator=g) * 3, "teacher_entropy": torch.rand(N, T, generator=g) * 4,
+        extras={"teacher_logps": -torch.rand(N, T, generator=g) * 3,
+                "teacher_entropy": torch.rand(N, T, generator=g) * 4,
                 "old_logps_t1": -torch.rand(N, T, generator=g) * 3},
     )
     out = run_pipeline(batch, args)
@@ -156,7 +157,8 @@ def test_empty_completion_scores_zero_with_unit_weights(tmp_path):
 
 
 @pytest.mark.parametrize("advantage, loss_variant", [("uecr", "none"), ("puu", "none"), ("pg_opd", "none"),
-                                                     ("distilled_rl", "none"), ("atod", "none"), ("grpo", "naive_hybrid")])
+                                                     ("distilled_rl", "none"), ("atod", "none"),
+                                                     ("grpo", "naive_hybrid")])
 def test_every_teacher_method_trains_and_logs(tiny_model, tmp_path, teacher_path, advantage, loss_variant):
     tr = build(tiny_model, tmp_path, teacher=teacher_path, advantage=advantage, loss_variant=loss_variant, max_steps=2,
                advantage_std="population", advantage_eps=1e-6)

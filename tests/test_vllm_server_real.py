@@ -6,8 +6,8 @@ After every sync the server's per-token log-probs of a fixed 48-token sequence (
 current weights: mean |d log p| <= ``TOL`` = 0.006 nats and worst token <= ``MAX_TOL`` = 0.1 (bf16 server vs fp32
 trainer; measured on this model: mean 0.0007-0.0033, worst 0.002-0.06, the worst on a LoRA adapter with large deltas,
 computed in bf16 by the server), and the mean must have moved by more than ``10 x TOL`` since the previous sync
-(measured 0.13-0.19; constant, large learning rates): a stale server cannot pass for a synced one. One server (LoRA enabled)
-serves every test; it is started with a bounded wait and always stopped by its PID.
+(measured 0.13-0.19; constant, large learning rates): a stale server cannot pass for a synced one. One server (LoRA
+enabled) serves every test; it is started with a bounded wait and always stopped by its PID.
 """
 
 from __future__ import annotations
@@ -196,11 +196,13 @@ def test_multi_turn_rollout_through_the_server(server, tmp_path):
         "--config", str(REPO / "configs/ragen/sokoban-grpo-nofilter.yaml"), "--model_name_or_path",
         "offline:tiny-qwen3-vllm", "--dtype", "float32", "--bf16", "false", "--use_cpu", "true", "--use_vllm", "true",
         "--vllm_mode", "server", "--vllm_server_base_url", server["url"], "--weight_sync", "disk",
-        "--launch_processes", "1", "--gradient_checkpointing", "false", "--report_to", "none", "--num_generations", "2",
+        "--launch_processes", "1", "--gradient_checkpointing", "false", "--report_to", "none",
+        "--num_generations", "2",
         "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--steps_per_generation", "1",
         "--max_steps", "1", "--max_turns", "2", "--turn_max_tokens", "8", "--max_completion_length", "300",
-        "--collapse_detection", "false", "--eval_strategy", "no", "--val_before_train", "false", "--save_strategy", "no",
-        "--logging_steps", "1", "--dataset_kwargs", '{"num_levels": 8}', "--disable_tqdm", "true", "--output_dir", str(tmp_path),
+        "--collapse_detection", "false", "--eval_strategy", "no", "--val_before_train", "false",
+        "--save_strategy", "no", "--logging_steps", "1", "--dataset_kwargs", '{"num_levels": 8}',
+        "--disable_tqdm", "true", "--output_dir", str(tmp_path),
     ])
     trainer = build_trainer(task, args, model)
     returned = []

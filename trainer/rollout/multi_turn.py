@@ -244,7 +244,8 @@ class MultiTurnRollout:
                  eval_temperature: float, chat: ChatTokens, prefill: str = ""):
         self.env, self.env_kwargs = env, dict(env_kwargs or {})
         make_env(env, **self.env_kwargs)  # fail now on unknown constructor arguments, not at the first batch
-        self.settings, self.turn_max_tokens, self.eval_temperature, self.chat = settings, turn_max_tokens, eval_temperature, chat
+        self.settings, self.turn_max_tokens, self.eval_temperature, self.chat = (settings, turn_max_tokens,
+                                                                                 eval_temperature, chat)
         self.prefill = prefill
         self.prefill_ids = chat.encode(prefill) if prefill else []
         self.backend: LocalBackend | VLLMServerBackend | None = None

@@ -46,7 +46,8 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 
 FIX_HINT = (
     "Make sure the vLLM server is running and reachable: start it with `python launch/vllm_server.py --config "
-    "<recipe>` (see the README, \"vLLM server mode\"), check vllm_server_base_url / vllm_server_host + vllm_server_port, and "
+    "<recipe>` (see the README, \"vLLM server mode\"), check vllm_server_base_url / vllm_server_host + "
+    "vllm_server_port, and "
     "raise vllm_server_timeout (startup wait) / vllm_request_timeout (per request) if it is only slow."
 )
 REJECTED_HINT = (

@@ -280,7 +280,8 @@ def make_tiny_qwen3_vllm(tie_word_embeddings: bool = False) -> Path:
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIRNAME = "smollm2-135m-instruct-v2"  # v2: no quantization_config
-SMOLLM2_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+SMOLLM2_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json")
 
 
 def smollm2_path() -> Path:

@@ -13,8 +13,9 @@ what dominates. Assumptions, stated once:
 - activations with gradient checkpointing: every layer's input (rows x length x hidden x 2 B) plus one layer
   recomputed in backward -- q, k, v, o, the MLP's gate/up/activation and their gradients, ~2 x (4h + 3i) values per
   position -- and, with SDPA, the 4-D boolean attention mask (rows x length^2 bytes; flash-attention needs none);
-- TRL's fused LM head holds one (4,096 tokens x 32,768 vocabulary rows) tile in bf16 and its float32 copy; the teacher's scoring chunk holds
-  ``teacher_chunk_tokens`` x vocabulary float32 logits three times (logits, log-softmax, probabilities);
+- TRL's fused LM head holds one (4,096 tokens x 32,768 vocabulary rows) tile in bf16 and its float32 copy; the
+  teacher's scoring chunk holds ``teacher_chunk_tokens`` x vocabulary float32 logits three times (logits,
+  log-softmax, probabilities);
 - a fixed 3 GB for the CUDA context, NCCL buffers and allocator fragmentation.
 """
 
