@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .. import trl_contact
+from ..algorithms.losses import clipped_surrogate
 
 # TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
 SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
@@ -72,9 +73,9 @@ def policy_forward(trainer: Any, model: Any, inputs: dict[str, Any]) -> PolicyPa
 
 
 def ppo_token_loss(p: PolicyPass, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
-    """PPO's clipped surrogate per token, ``-min(r A, clip(r) A)``, as TRL writes it."""
-    r = torch.exp(p.logp - p.old)
-    return -torch.min(r * A, torch.clamp(r, 1 - eps_low, 1 + eps_high) * A)
+    """PPO's clipped surrogate per token, ``-min(r A, clip(r) A)`` as TRL writes it, r = exp(logp - old)
+    (trainer/algorithms/losses.py :func:`clipped_surrogate`)."""
+    return clipped_surrogate(torch.exp(p.logp - p.old), A, eps_low, eps_high)
 
 
 def normalise(trainer: Any, per_token_loss: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
