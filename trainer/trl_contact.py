@@ -322,9 +322,10 @@ def trl_normalise(trainer: Any, per_token: torch.Tensor, mask: torch.Tensor, inp
     """TRL 1.16's aggregation of a per-token loss term for ``trainer.loss_type`` (grpo/sapo, dr_grpo, luspo,
     dapo/cispo/vespo, and bnpo for every other type), gradient accumulation included in training.
 
-    Version note: TRL 1.16's ``dapo`` normaliser is the generation batch's token count (``num_items_in_batch``)
-    per process, scaled by ``gradient_accumulation_steps / steps_per_generation`` in training; earlier TRL
-    releases divided by the micro-batch's tokens instead."""
+    Version note: TRL 1.16's ``dapo`` normaliser is the generation batch's token count (``num_items_in_batch``,
+    clamped to >= 1) per process, scaled by ``gradient_accumulation_steps / steps_per_generation`` in training.
+    Earlier TRL releases divided by the micro-batch's own token count, later ones by ``num_items_in_batch`` per
+    process without the accumulation factor: the same ``loss_type`` gives a different loss scale across releases."""
     loss_type = trainer.loss_type
     accum = trainer.current_gradient_accumulation_steps if training else 1  # TRL: no accumulation in eval
     weighted = per_token * mask
