@@ -22,6 +22,7 @@ import torch
 from accelerate import PartialState
 from trl import GRPOConfig, GRPOTrainer
 
+from trainer import trl_contact
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
 from trainer.guards import atomic_checkpoint
 from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
@@ -77,16 +78,17 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # disk/lora: TRL's generation backend with our sync, and no NCCL group (trainer/server/generation.py)
         with generation_class(args, sync) if sync in ("disk", "lora") else nullcontext():
             super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
-        client = getattr(getattr(self, "vllm_generation", None), "vllm_client", None)
+        client = trl_contact.vllm_client(self)
         if sync == "nccl" and client is not None:  # main process only: every request bounded, errors named
             harden_client(client, args.vllm_request_timeout)  # (disk/lora: hardened before the first request)
         if sync in ("disk", "lora"):
-            self.vllm_generation.on_sync = self._log_weight_sync
+            trl_contact.vllm_generation(self).on_sync = self._log_weight_sync
         self._stage_needs = stages.required_inputs(args)
         self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/pipeline/phase_timing.py)
         self.add_callback(PhaseTimingCallback(self._timer, self))
-        if callable(getattr(getattr(self, "vllm_generation", None), "sync_weights", None)):
-            self.vllm_generation.sync_weights = self._timer.wrap("weight_sync", self.vllm_generation.sync_weights)
+        generation = trl_contact.vllm_generation(self)
+        if callable(getattr(generation, "sync_weights", None)):
+            generation.sync_weights = self._timer.wrap("weight_sync", generation.sync_weights)
         self._global_rewards_per_func: torch.Tensor | None = None
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
         self._empty_steps = EmptyStepGuard(args.snr_empty_stop_steps) if stages.can_remove_rollouts(args) else None
@@ -103,11 +105,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self.add_callback(RewardVarianceStopCallback(self._rv_stop, per_batch))
         if args.val_before_train:
             self.add_callback(EvaluateBeforeTrainingCallback(self))
-        self._collapse = CollapseDetector(args, self._tokenizer) if args.collapse_detection else None
+        self._collapse = CollapseDetector(args, trl_contact.tokenizer(self)) if args.collapse_detection else None
         self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
         # The frozen teacher exists only when a configured stage scores with it (off means off).
         self._teacher = (
-            load_teacher(args, self.accelerator, self._tokenizer) if "teacher" in self._stage_needs else None
+            load_teacher(args, self.accelerator, trl_contact.tokenizer(self))
+            if "teacher" in self._stage_needs else None
         )
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
         if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
@@ -123,7 +126,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         """TRL's prompt tokenisation, then the think prefill's ids after the generation prompt (rollout/prefill.py)."""
         prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
         if self.args.think_prefill:
-            extra = prefill_ids(self._tokenizer, THINK_PREFILL)
+            extra = prefill_ids(trl_contact.tokenizer(self), THINK_PREFILL)
             prompt_ids = [list(ids) + extra for ids in prompt_ids]
         return prompt_ids, images, multimodal_fields
 
@@ -141,7 +144,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's generation and scoring, then the stage pipeline on the global batch (training only;
         evaluation keeps TRL's plain GRPO batch)."""
-        marks = trained_batch_metrics.metric_marks(self._metrics["train"])
+        marks = trained_batch_metrics.metric_marks(trl_contact.metrics(self))
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training:
             return output
@@ -154,7 +157,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             with self._phase("collapse_check"):
                 traces = self._collapse.batch_traces(self, output)
                 for name, value in self._collapse.check(self, traces, step).items():
-                    self._metrics["train"][f"collapse/{name}"].append(value)
+                    trl_contact.metrics(self)[f"collapse/{name}"].append(value)
         batch = self._build_rollout_batch(output, initial_keep)
         with self._phase("stage_pipeline"):
             decision = stages.run_pipeline(batch, self.args)
@@ -165,20 +168,20 @@ class WinnowGRPOTrainer(GRPOTrainer):
             B, T = output["completion_ids"].shape
             rank = self.accelerator.process_index
             output[TEACHER_DELTA_KEY] = teacher_gap(batch)[rank * B : (rank + 1) * B, :T].float()
-        trained_batch_metrics.table_advantages(self._logs, decision.advantages, batch.mask)
+        trained_batch_metrics.table_advantages(trl_contact.completion_logs(self), decision.advantages, batch.mask)
         with self._phase("stage_pipeline"):
             self._apply_decision(output, decision)
         if self._generation is not None:
             empty = not bool((decision.keep & batch.trainable).any())
             self._generation = (empty, self._generation[1])
         for name, value in decision.metrics.items():
-            self._metrics["train"][name].append(value)
+            trl_contact.metrics(self)[name].append(value)
         if self._rv_stop is not None and bool(decision.keep.any()):  # upstream counts non-empty iterations only
             weights = self.reward_weights.to(self._global_rewards_per_func.device)
             rewards = (self._global_rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
             value = mean_group_reward_std(rewards, self.num_generations)
             self._rv_stop.observe(value)
-            self._metrics["train"]["reward_variance_stop/mean_group_reward_std"].append(value)
+            trl_contact.metrics(self)["reward_variance_stop/mean_group_reward_std"].append(value)
         return output
 
     def _dynamic_fill(self, output: dict[str, Any], marks: dict[str, int]):
@@ -186,18 +189,18 @@ class WinnowGRPOTrainer(GRPOTrainer):
         made to describe the trained batch (trainer/pipeline/trained_batch_metrics.py).
         Returns (this rank's batch, initial keep)."""
         N = self._global_rewards_per_func.shape[0]
-        snapshots = [trained_batch_metrics.table_snapshot(self._logs, N)]
+        snapshots = [trained_batch_metrics.table_snapshot(trl_contact.completion_logs(self), N)]
 
         def generate(refill):
             out = super(WinnowGRPOTrainer, self)._generate_and_score_completions(refill)
-            snapshots.append(trained_batch_metrics.table_snapshot(self._logs, N))
+            snapshots.append(trained_batch_metrics.table_snapshot(trl_contact.completion_logs(self), N))
             return out
 
         output, keep, metrics = self._dynamic.fill(output, generate)
         for name, value in metrics.items():
-            self._metrics["train"][f"dynamic_sampling/{name}"].append(value)
+            trl_contact.metrics(self)[f"dynamic_sampling/{name}"].append(value)
         if self._dynamic.last_sources is not None:  # the batch was assembled: relog it, rebuild the table
-            acc, pad = self.accelerator, self._tokenizer.pad_token_id
+            acc, pad = self.accelerator, trl_contact.pad_token_id(self)
             tool = output.get("tool_mask")
             kept = (
                 torch.ones(N, dtype=torch.bool, device=self._global_rewards_per_func.device) if keep is None else keep
@@ -205,7 +208,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             trained_batch_metrics.relog_rounds(
                 self, marks, kept, gather_padded(acc, output["completion_ids"], pad),
                 gather_padded(acc, output["completion_mask"]), None if tool is None else gather_padded(acc, tool))
-            trained_batch_metrics.rebuild_table(self._logs, snapshots, self._dynamic.last_sources)
+            logs = trl_contact.completion_logs(self)
+            trained_batch_metrics.rebuild_table(logs, snapshots, self._dynamic.last_sources)
         return output, keep
 
     def training_step(self, model, inputs, num_items_in_batch):
@@ -231,7 +235,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self.optimizer.train()
         prepared = self._prepare_inputs(inputs)  # generates when due; the call inside TRL's step reuses it
         if "winnow_all_dropped" in prepared:
-            self._step += 1  # TRL's micro-step counter (selects the buffered micro-batch)
+            trl_contact.advance_micro_step(self)  # TRL's micro-step counter (selects the buffered micro-batch)
             return torch.zeros((), device=self.accelerator.device)
         self._prepared = prepared
         return super().training_step(model, inputs, num_items_in_batch)
@@ -257,8 +261,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         (empty, plan), self._generation = self._generation, None
         steps = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
         if plan is not None:
-            self._buffered_inputs = redeal(
-                self._buffered_inputs,
+            trl_contact.set_buffered_inputs(self, redeal(
+                trl_contact.buffered_inputs(self),
                 plan,
                 self.accelerator.process_index,
                 row_normalised=self.loss_type in ROW_NORMALISED_LOSSES,
@@ -266,10 +270,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 reduce_sum=lambda t: (
                     self.accelerator.reduce(t, reduction="sum") if self.accelerator.num_processes > 1 else t
                 ),
-            )
+            ))
             steps = plan.updates()
         self._empty_steps.observe_generation(self, empty, 0 if empty else steps)
-        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+        return trl_contact.current_micro_batch(self)
 
     def _compute_loss(self, model, inputs):
         """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""
@@ -280,7 +284,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         else:
             loss = fn(self, model, inputs)
             if model.training and torch.is_grad_enabled():  # what the row micro-batch's forward paid for
-                metrics = self._metrics["train"]
+                metrics = trl_contact.metrics(self)
                 metrics["tokens/padded_loss"].append(
                     float(inputs["prompt_ids"].numel() + inputs["completion_ids"].numel())
                 )
@@ -300,7 +304,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             return forward(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
         name = "ref_logps" if model is getattr(self, "ref_model", None) else "old_logps"
-        metrics = self._metrics["train"] if self.model.training else None
+        metrics = trl_contact.metrics(self) if self.model.training else None
         with self._phase(name):
             if self.args.micro_batch_tokens is None or compute_aux_loss or any(v is not None for v in kwargs.values()):
                 if metrics is not None:
@@ -382,7 +386,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         """Record one disk/lora sync's timings and size (logged with the step that generated after it)."""
         mode = "train" if self.model.training else "eval"
         for name, value in metrics.items():
-            self._metrics[mode][name].append(value)
+            trl_contact.metrics(self, mode)[name].append(value)
 
     def _stage_state(self) -> dict[str, Any]:
         state = {}
@@ -408,7 +412,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         TRL's entropy bonus and logged metrics -- means over the already-masked tokens -- stay as they are.
         """
         scale = inputs.get("winnow_loss_scale")
-        if self.args.entropy_aggregation == "loss_type" and self._entropy_bonus_enabled:
+        if self.args.entropy_aggregation == "loss_type" and trl_contact.entropy_bonus_enabled(self):
             # RAGEN's (verl's) entropy bonus, aggregated like the policy term (trainer/pipeline/entropy_bonus.py)
             return loss_with_aggregated_entropy(self, inputs, lambda: self._trl_loss(model, inputs, scale), scale)
         return self._trl_loss(model, inputs, scale)
@@ -454,7 +458,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             reward_weights=self.reward_weights.to(completion_mask.device),
             reward_names=list(self.reward_func_names),
             G=self.num_generations,
-            completion_ids=gather_rows(output["completion_ids"], pad=self._tokenizer.pad_token_id),
+            completion_ids=gather_rows(output["completion_ids"], pad=trl_contact.pad_token_id(self)),
             mask=gather_rows(mask.float()),
             old_logps=gather_rows(old_logps),
             entropies=gather_rows(entropies),
@@ -477,7 +481,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         student = score_tokens(
             self.model, input_ids, attention_mask, T, temperatures=(1.0, self.temperature), **common
         )
-        metrics = self._metrics["train"]
+        metrics = trl_contact.metrics(self)
         metrics["teacher/score_seconds"].append(seconds)
         metrics["teacher/forwards"].append(float(teacher["forwards"]))
         metrics["teacher/peak_memory_mb"].append(_peak_memory_mb(input_ids.device))
@@ -532,7 +536,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             mode=self.args.filtered_updates,
             micro_batches=S,
             accumulation=self.args.gradient_accumulation_steps,
-            first_micro_step=self._step,
+            first_micro_step=trl_contact.micro_step(self),
             passes=self.num_iterations,
         )
         if self.args.compact_batch:
@@ -543,7 +547,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 decision.keep,
                 decision.advantages,
                 accelerator=acc,
-                pad_token_id=self._tokenizer.pad_token_id,
+                pad_token_id=trl_contact.pad_token_id(self),
                 steps_per_generation=S,
                 micro_batch_rows=self.args.per_device_train_batch_size,
                 rows_per_step=micro_rows,

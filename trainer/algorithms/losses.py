@@ -45,12 +45,26 @@ def selection_count(ratio: float, num_valid: int) -> int:
     return max(int(ratio * num_valid), 1) if num_valid > 0 else 0
 
 
+def clipped_surrogate_terms(
+    ratio: torch.Tensor, A: torch.Tensor, eps_low: float, eps_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two per-token terms of PPO's clipped surrogate loss (Schulman et al. 2017, Eq. 7, negated to a loss):
+    ``(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))``. ``A``: (N,) per sequence or (N, T) per token. The one
+    place the surrogate is written; :func:`clipped_surrogate` and :func:`ppo_clipped` read it."""
+    A_tok = A.unsqueeze(1) if A.dim() == 1 else A
+    return -A_tok * ratio, -A_tok * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+
+
+def clipped_surrogate(ratio: torch.Tensor, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    """PPO's clipped surrogate loss per token, ``max(-A r, -A clip(r)) = -min(r A, clip(r) A)`` as TRL writes it
+    (negation is exact in floating point, so both spellings give the same bits)."""
+    return torch.maximum(*clipped_surrogate_terms(ratio, A, eps_low, eps_high))
+
+
 def ppo_clipped(ratio: torch.Tensor, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
     """Tokens whose clipped surrogate is the active (larger-loss) term, i.e. PPO already stopped their
     gradient: ``-A * clip(r) > -A * r``. Bool (N, T)."""
-    A_tok = A.unsqueeze(1) if A.dim() == 1 else A
-    pg1 = -A_tok * ratio
-    pg2 = -A_tok * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    pg1, pg2 = clipped_surrogate_terms(ratio, A, eps_low, eps_high)
     return pg2 > pg1
 
 
@@ -106,9 +120,7 @@ def clip_cov_token_loss(
     """Per-token Clip-Cov loss: ``max(-A r, -A clip(r, 1-eps_low, 1+eps_high)) * (1 - selected)``, r = exp(log pi -
     log pi_old). The selected tokens contribute 0 loss and 0 gradient; they still count in the normaliser the
     caller applies (the paper's token-mean over all valid tokens)."""
-    A_tok = A.unsqueeze(1) if A.dim() == 1 else A
-    r = torch.exp(logp - old_logp)
-    loss = torch.maximum(-A_tok * r, -A_tok * torch.clamp(r, 1 - eps_low, 1 + eps_high))
+    loss = clipped_surrogate(torch.exp(logp - old_logp), A, eps_low, eps_high)
     return loss * (~selected).to(loss.dtype)
 
 

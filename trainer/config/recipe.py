@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 from trl import ModelConfig, get_peft_config
 
+from trainer import trl_contact
 from trainer.config.core import ConfigError, WinnowConfig
 from trainer.config.env import EnvTaskFields
 from trainer.config.recipe_checks import check_process_count
@@ -371,12 +372,8 @@ def name_card_base_model(trainer: Any, name: str) -> None:
 
     def create_model_card(*a: Any, **k: Any) -> None:
         config = trainer.model.config
-        saved = getattr(config, "_name_or_path", "")
-        config._name_or_path = base  # read by TRL's create_model_card only; the real path is restored at once
-        try:
+        with trl_contact.model_name_or_path(config, base):  # read by TRL's create_model_card only; restored at once
             create(*a, **k)
-        finally:
-            config._name_or_path = saved
         card = Path(trainer.args.output_dir) / "README.md"
         if trainer.is_world_process_zero() and card.is_file():
             text = card.read_text()

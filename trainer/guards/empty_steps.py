@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from trainer import trl_contact
+
 logger = logging.getLogger(__name__)
 
 
@@ -56,7 +58,7 @@ class EmptyStepGuard:
         """Account one new generation batch: ``empty`` when no kept rollout has a loss token (the same on
         every rank: the decision is global), ``updates`` its optimizer steps that hold kept rollouts."""
         self.consecutive_empty_generations = self.consecutive_empty_generations + 1 if empty else 0
-        metrics = trainer._metrics["train"]
+        metrics = trl_contact.metrics(trainer)
         metrics["stages/empty_generation"].append(float(empty))
         metrics["stages/consecutive_empty_generations"].append(float(self.consecutive_empty_generations))
         metrics["stages/updates_per_generation"].append(float(updates))
@@ -82,8 +84,8 @@ class EmptyStepGuard:
             arm_skip(trainer)
         # TRL's micro-step counter is incremented after this micro-step; it generates again at a multiple
         # of steps_per_generation x num_iterations
-        self.window_ends_generation = (trainer._step + 1) % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
-        metrics = trainer._metrics["train"]
+        self.window_ends_generation = (trl_contact.micro_step(trainer) + 1) % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
+        metrics = trl_contact.metrics(trainer)
         metrics["stages/empty_step"].append(float(empty))
         metrics["stages/skipped_steps_total"].append(float(self.skipped_steps))
 
@@ -146,7 +148,7 @@ def arm_skip(trainer: Any, overflow: bool = False) -> None:
         scaler = getattr(optimizer, "scaler", None)
         if scaler is not None and scaler.is_enabled():
             _end_scaler_iteration(scaler, optimizer.optimizer, overflow)
-        optimizer._is_overflow = True  # -> accelerator.optimizer_step_was_skipped: HF Trainer keeps the LR
+        trl_contact.set_step_skipped(optimizer, True)  # -> optimizer_step_was_skipped: HF Trainer keeps the LR
 
     optimizer.step = skipped_step
 
@@ -159,22 +161,20 @@ def _end_scaler_iteration(scaler: Any, inner: Any, overflow: bool) -> None:
     back off after an overflow. A non-finite skip is recorded as the overflow it is, and the scaler's own update
     backs off (scale x backoff_factor, growth tracker reset) exactly as after a normal overflow step. An empty
     step has no gradient that could overflow: the iteration ends with the scale and growth tracker unchanged."""
-    if scaler._scale is None:  # nothing was scaled yet (no backward ran): no iteration to end
+    if trl_contact.scaler_scale(scaler) is None:  # nothing was scaled yet (no backward ran): no iteration to end
         return
     if overflow:
-        scale = scaler._scale
-        # the record scaler.step() leaves for an optimizer whose gradients overflowed (private, no public setter)
-        scaler._per_optimizer_states[id(inner)]["found_inf_per_device"] = {scale.device: torch.ones_like(scale)}
+        trl_contact.record_scaler_overflow(scaler, inner)
         scaler.update()
     else:
-        scaler.update(new_scale=scaler._scale.clone())
+        scaler.update(new_scale=trl_contact.scaler_scale(scaler).clone())
 
 
 def reset_skip_flag(trainer: Any) -> None:
     """Clear the skipped-step flag left by the previous window (accelerate sets it only under a grad scaler,
     which recomputes it in its own step anyway)."""
     if _deepspeed_optimizer(trainer) is None and trainer.optimizer is not None:
-        trainer.optimizer._is_overflow = False
+        trl_contact.set_step_skipped(trainer.optimizer, False)
 
 
 def _arm_zero_skip(optimizer: Any) -> None:
@@ -191,12 +191,10 @@ def _arm_zero_skip(optimizer: Any) -> None:
     def skipped_step(*args: Any, **kwargs: Any) -> None:
         del optimizer.step
         optimizer.overflow = True
-        if hasattr(optimizer, "_overflow_clean_up"):  # ZeRO-3
-            optimizer._overflow_clean_up(optimizer.loss_scale)
+        if trl_contact.zero_overflow_clean_up(optimizer):  # ZeRO-3
             return
         optimizer.zero_grad(set_to_none=True)  # ZeRO-1/2, mirroring its overflow branch
-        if hasattr(optimizer, "_release_preflattened_grad_buffers"):
-            optimizer._release_preflattened_grad_buffers()
+        trl_contact.zero_release_grad_buffers(optimizer)
         if getattr(optimizer, "cpu_offload", False):
             optimizer.reset_cpu_buffers()
         else:

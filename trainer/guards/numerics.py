@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from trainer import trl_contact
 from trainer.guards.empty_steps import arm_skip, reset_skip_flag
 
 logger = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class NonFiniteGuard:
 
     def end_step(self, trainer: Any) -> None:
         """After the optimizer step: log, and clear the skipped-step flag so the LR schedule resumes next step."""
-        metrics = trainer._metrics["train"]
+        metrics = trl_contact.metrics(trainer)
         metrics["numerics/nonfinite_step"].append(float(self._reason is not None))
         metrics["numerics/skipped_steps_total"].append(float(self.skipped_steps))
         if self._reason is not None:

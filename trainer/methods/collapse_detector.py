@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from trainer import trl_contact
 from trainer.algorithms.collapse_metrics import mi_metrics, signature_retrieval
 from trainer.pipeline.batch import gather_padded
 
@@ -384,7 +385,7 @@ class CollapseDetector:
             Z = [sampled[pairs[p][0]].reasoning for p in chunk]
             input_ids, attention_mask, z_mask = _left_aligned(X, Z, self.pad_id, device)
             with torch.no_grad():
-                logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                logps, _, _ = trl_contact.per_token_logps_and_entropies(trainer, 
                     trainer.model, input_ids, attention_mask, z_mask.size(1)
                 )
             sums = (logps.double() * z_mask).sum(dim=1)

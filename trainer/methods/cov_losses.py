@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from trainer import trl_contact
 from trainer.algorithms.losses import (
     clip_cov_selection,
     clip_cov_token_loss,
@@ -43,7 +44,7 @@ def add_selection_hook(hook: SelectionHook) -> None:
 def micro_step_generator(trainer: Any) -> torch.Generator:
     """Seeded by (seed, optimizer step, micro-step in the accumulation window): the same on every rank, and on
     resume (both counters are restored)."""
-    micro = trainer._step % max(trainer.args.gradient_accumulation_steps, 1)
+    micro = trl_contact.micro_step(trainer) % max(trainer.args.gradient_accumulation_steps, 1)
     seed = (int(trainer.args.seed) * 1_000_003 + int(trainer.state.global_step) * 1_009 + micro) % (2**63)
     return torch.Generator().manual_seed(seed)
 
@@ -97,7 +98,7 @@ def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], variant: str) -> 
         per_token_loss = kl_cov_token_loss(logp, old, A_tok, selected, args.kl_cov_coef)
     loss = finish(trainer, p, per_token_loss, inputs)
 
-    metrics = trainer._metrics["train"]
+    metrics = trl_contact.metrics(trainer)
     n_valid = max(float(g_mask.sum()), 1.0)
     metrics[f"{variant}/selected_frac"].append(float(g_selected.sum()) / n_valid)
     metrics[f"{variant}/candidate_frac"].append(float(candidates) / n_valid)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from trl.trainer.utils import RepeatSampler
 
+from trainer import trl_contact
 from trainer.algorithms.dapo import mixed_groups
 from trainer.algorithms.grpo import total_reward
 from trainer.pipeline.batch import gather_padded
@@ -71,13 +72,7 @@ class DynamicSampler:
             shuffle=True,
             seed=t.args.seed + REFILL_SEED_OFFSET,
         )
-        return t._get_dataloader(
-            dataset=t.train_dataset,
-            description="Dynamic sampling refill",
-            batch_size=t._train_batch_size * t.args.steps_per_generation,
-            sampler_fn=sampler_fn,
-            is_training=True,
-        )
+        return trl_contact.training_dataloader(t, "Dynamic sampling refill", sampler_fn)
 
     def _next_refill(self) -> list[dict[str, Any]]:
         # Each new DataLoader iterator draws its base seed from the global torch RNG. Forked here, the refill stream
@@ -168,7 +163,7 @@ class DynamicSampler:
             parts.append({k: v[: (P - found) * G] for k, v in glob.items()})
         keep = torch.zeros(N, dtype=torch.bool, device=R_k.device)
         keep[: found * G] = True
-        merged = _concat_rows(parts, t._tokenizer.pad_token_id)
+        merged = _concat_rows(parts, trl_contact.pad_token_id(t))
         t._global_rewards_per_func = merged.pop("__rewards__")
         self.last_sources = merged.pop("__source__")
         local = self._deal(merged, output)
@@ -182,7 +177,7 @@ class DynamicSampler:
 
     def _gather(self, output: dict[str, Any], keys: list[str], R_k: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every row tensor of this round from all processes (collective), plus the gathered rewards."""
-        acc, pad_id = self.trainer.accelerator, self.trainer._tokenizer.pad_token_id
+        acc, pad_id = self.trainer.accelerator, trl_contact.pad_token_id(self.trainer)
         glob = {k: gather_padded(acc, output[k], pad_id if k in TOKEN_IDS else 0, k in LEFT_PADDED) for k in keys}
         glob["__rewards__"] = R_k
         return glob

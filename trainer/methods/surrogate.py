@@ -15,6 +15,9 @@ from typing import Any
 
 import torch
 
+from trainer import trl_contact
+from trainer.algorithms.losses import clipped_surrogate
+
 # TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
 SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
 ROW_NORMALISED = frozenset({"grpo", "dr_grpo"})  # compaction's winnow_loss_scale applies to these
@@ -53,7 +56,8 @@ def policy_forward(trainer: Any, model: Any, inputs: dict[str, Any]) -> PolicyPa
     mask = inputs["completion_mask"]
     if "tool_mask" in inputs:
         mask = mask * inputs["tool_mask"]
-    logp, entropies, aux_loss = trainer._get_per_token_logps_and_entropies(
+    logp, entropies, aux_loss = trl_contact.per_token_logps_and_entropies(
+        trainer,
         model,
         torch.cat([prompt_ids, completion_ids], dim=1),
         torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
@@ -69,28 +73,17 @@ def policy_forward(trainer: Any, model: Any, inputs: dict[str, Any]) -> PolicyPa
 
 
 def ppo_token_loss(p: PolicyPass, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
-    """PPO's clipped surrogate per token, ``-min(r A, clip(r) A)``, as TRL writes it."""
-    r = torch.exp(p.logp - p.old)
-    return -torch.min(r * A, torch.clamp(r, 1 - eps_low, 1 + eps_high) * A)
+    """PPO's clipped surrogate per token, ``-min(r A, clip(r) A)`` as TRL writes it, r = exp(logp - old)
+    (trainer/algorithms/losses.py :func:`clipped_surrogate`)."""
+    return clipped_surrogate(torch.exp(p.logp - p.old), A, eps_low, eps_high)
 
 
 def normalise(trainer: Any, per_token_loss: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
     """TRL's aggregation of a per-token loss for ``loss_type`` (train mode), including gradient accumulation."""
-    args, loss_type = trainer.args, trainer.loss_type
-    accum = trainer.current_gradient_accumulation_steps
-    if loss_type == "grpo":
-        return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
-    if loss_type == "bnpo":
-        return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0) / accum
-    if loss_type == "dr_grpo":
-        return (per_token_loss * mask).sum() / (per_token_loss.size(0) * trainer.max_completion_length) / accum
-    if loss_type == "dapo":
-        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
-        normalizer = normalizer * accum / args.steps_per_generation
-        return (per_token_loss * mask).sum() / normalizer
-    raise ValueError(
-        f"loss_variant {args.loss_variant!r} supports loss_type {SUPPORTED_LOSS_TYPES}, not {loss_type!r}"
-    )
+    if trainer.loss_type not in SUPPORTED_LOSS_TYPES:
+        raise ValueError(f"loss_variant {trainer.args.loss_variant!r} supports loss_type {SUPPORTED_LOSS_TYPES}, "
+                         f"not {trainer.loss_type!r}")
+    return trl_contact.trl_normalise(trainer, per_token_loss, mask, inputs, training=True)
 
 
 def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
@@ -101,7 +94,7 @@ def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: di
     if trainer.beta != 0.0:
         per_token_kl = reference_kl(trainer, p, inputs)
         per_token_loss = per_token_loss + trainer.beta * per_token_kl
-        trainer._metrics["train"]["kl"].append(global_mean(trainer, per_token_kl, p.mask))
+        trl_contact.metrics(trainer)["kl"].append(global_mean(trainer, per_token_kl, p.mask))
     scale = inputs.get("winnow_loss_scale")
     if scale is not None and trainer.loss_type in ROW_NORMALISED:
         per_token_loss = per_token_loss * scale  # dropped rollouts out of the row count (see compaction.py)
@@ -114,8 +107,8 @@ def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: di
         loss = loss - entropy_coef * bonus
     if trainer.aux_loss_enabled:  # MoE load balancing, as TRL adds it (scaled for gradient accumulation only)
         loss = loss + trainer.router_aux_loss_coef * p.aux_loss / trainer.current_gradient_accumulation_steps
-        trainer._metrics["train"]["aux_loss"].append(trainer.accelerator.gather_for_metrics(p.aux_loss).mean().item())
-    trainer._metrics["train"]["entropy"].append(global_mean(trainer, p.entropies, p.mask))
+        trl_contact.metrics(trainer)["aux_loss"].append(trainer.accelerator.gather_for_metrics(p.aux_loss).mean().item())
+    trl_contact.metrics(trainer)["entropy"].append(global_mean(trainer, p.entropies, p.mask))
     return loss
 
 
@@ -125,11 +118,8 @@ def reference_kl(trainer: Any, p: PolicyPass, inputs: dict[str, Any]) -> torch.T
     ``exp(logp - old)`` when ``use_bias_correction_kl`` (TRL's default; the ratio changes the gradient even
     on-policy, where its value is 1). ``use_bias_correction_kl: false`` is verl's ``low_var_kl`` (no ratio,
     also clamped to [-10, 10] there; the clamp is not reproduced)."""
-    ref = inputs["ref_per_token_logps"]
-    per_token_kl = torch.exp(ref - p.logp) - (ref - p.logp) - 1
-    if trainer.args.use_bias_correction_kl:
-        per_token_kl = per_token_kl * torch.exp(p.logp - p.old)
-    return per_token_kl
+    return trl_contact.trl_reference_kl(p.logp, p.old, inputs["ref_per_token_logps"],
+                                        trainer.args.use_bias_correction_kl)
 
 
 def global_mean(trainer: Any, x: torch.Tensor, mask: torch.Tensor) -> float:

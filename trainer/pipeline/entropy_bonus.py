@@ -15,26 +15,16 @@ from typing import Any, Callable
 
 import torch
 
+from trainer import trl_contact
+
 
 def aggregate_entropy(
     trainer: Any, entropies: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any]
 ) -> torch.Tensor:
     """The micro-batch entropy term with the policy loss's normaliser for ``trainer.loss_type`` (train mode,
     gradient accumulation included)."""
-    training = trainer.model.training
-    loss_type = trainer.loss_type
-    accum = trainer.current_gradient_accumulation_steps if training else 1  # TRL: no accumulation in eval
-    weighted = entropies * mask
-    if loss_type in ("grpo", "sapo"):  # seq-mean-token-mean
-        return (weighted.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
-    if loss_type == "dr_grpo":  # seq-mean-token-sum / max_completion_length
-        return weighted.sum() / (entropies.size(0) * trainer.max_completion_length) / accum
-    if loss_type == "luspo":
-        return weighted.sum(-1).mean() / accum
-    if loss_type in ("dapo", "cispo", "vespo"):  # token-mean over the generation batch's tokens
-        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
-        return weighted.sum() / (normalizer * accum / trainer.args.steps_per_generation if training else normalizer)
-    return weighted.sum() / mask.sum().clamp(min=1.0) / accum  # bnpo: token-mean of the micro-batch
+    # TRL's own normaliser for the loss type, kept with TRL's other copied code (trainer/trl_contact.py)
+    return trl_contact.trl_normalise(trainer, entropies, mask, inputs, training=trainer.model.training)
 
 
 def loss_with_aggregated_entropy(
@@ -44,23 +34,16 @@ def loss_with_aggregated_entropy(
     subtract ``entropy_coef`` x :func:`aggregate_entropy`. ``row_scale``: batch compaction's factor for row-count
     normalisers (trainer/pipeline/compaction.py), applied to the bonus as to the policy term."""
     captured: dict[str, torch.Tensor] = {}
-    original = trainer._get_per_token_logps_and_entropies
 
-    def spy(*args: Any, **kwargs: Any):
-        out = original(*args, **kwargs)
-        captured["entropies"] = out[1]
-        return out
+    def spy(original: Callable[..., Any]) -> Callable[..., Any]:
+        def capture(*args: Any, **kwargs: Any):
+            out = original(*args, **kwargs)
+            captured["entropies"] = out[1]
+            return out
+        return capture
 
-    enabled, patched = trainer._entropy_bonus_enabled, trainer.__dict__.get("_get_per_token_logps_and_entropies")
-    trainer._get_per_token_logps_and_entropies, trainer._entropy_bonus_enabled = spy, False
-    try:
+    with trl_contact.intercepted_logps(trainer, spy), trl_contact.entropy_bonus_off(trainer):
         loss = compute()
-    finally:
-        if patched is None:
-            del trainer._get_per_token_logps_and_entropies  # back to the class method
-        else:
-            trainer._get_per_token_logps_and_entropies = patched
-        trainer._entropy_bonus_enabled = enabled
     mask = inputs["completion_mask"]
     if "tool_mask" in inputs:
         mask = mask * inputs["tool_mask"]

@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterator
 
 from transformers import TrainerCallback
 
+from trainer import trl_contact
+
 PREFIX = "timing_s/"
 
 
@@ -72,4 +74,4 @@ class PhaseTimingCallback(TrainerCallback):
             self.timer._optimizer_start = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.timer.flush(self.trainer._metrics["train"])
+        self.timer.flush(trl_contact.metrics(self.trainer))

@@ -29,6 +29,8 @@ from typing import Any, Callable
 
 import torch
 
+from trainer import trl_contact
+
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 # Loss types whose TRL normaliser counts rows, tokens of the micro-batch, or the generation batch's tokens.
 ROW_WEIGHTED = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
@@ -133,7 +135,7 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
     others' detached values, so the caller's single ``backward`` completes the same gradient and reports the
     unchunked loss value."""
     chunks, stats = _chunk_inputs(inputs, trainer.args.micro_batch_tokens)
-    metrics = trainer._metrics["train"]
+    metrics = trl_contact.metrics(trainer)
     marks = {k: len(v) for k, v in metrics.items()}
     coef = trainer.entropy_coef
     done, weights = 0.0, []

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from trl.trainer.utils import nanstd
 
+from trainer import trl_contact
 from trainer.algorithms.grpo import grpo_advantages, normalize_then_sum_advantages, total_reward
 
 ROUND_PREFIXES = ("completions/", "rewards/")
@@ -48,7 +49,7 @@ def relog_rounds(trainer: Any, marks: dict[str, int], kept: torch.Tensor, comple
     batch's under TRL's names. ``kept`` (N,) bool: the trained rows (whole groups) of the merged global batch, whose
     rewards are ``trainer._global_rewards_per_func``; ``completion_ids`` / ``completion_mask`` / ``tool_mask``: its
     gathered (right-padded) tensors."""
-    metrics = trainer._metrics["train"]
+    metrics = trl_contact.metrics(trainer)
     for name in [k for k in metrics if is_round_metric(k)]:
         new = metrics[name][marks.get(name, 0):]
         del metrics[name][marks.get(name, 0):]
@@ -89,7 +90,7 @@ def completion_values(
     row's list is its completion-mask span (TRL's mask is 1 exactly there), and a row whose mask
     ``mask_truncated_completions`` zeroed is truncated, with its non-pad tokens as its length. Lengths count model
     tokens only when a tool/env mask exists, as TRL does."""
-    pad = trainer._tokenizer.pad_token_id
+    pad = trl_contact.pad_token_id(trainer)
     span = cm.sum(dim=1).long()
     eos_and_pad = torch.tensor([*trainer.eos_token_ids, pad], device=ids.device)
     last = ids.gather(1, (span - 1).clamp(min=0).unsqueeze(1)).squeeze(1)

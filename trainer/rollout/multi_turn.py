@@ -43,6 +43,7 @@ import torch
 from envs import make_env
 from envs.episode import Episode, EpisodeSettings
 from envs.levels import parse_level_prompt
+from trainer import trl_contact
 from trainer.config.core import ConfigError
 
 
@@ -156,7 +157,7 @@ class LocalBackend:
         if not contexts:
             return []
         t = self.trainer
-        pad = t._tokenizer.pad_token_id
+        pad = trl_contact.pad_token_id(t)
         width = max(len(c) for c in contexts)
         device = t.accelerator.device
         ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts], device=device)
@@ -193,7 +194,7 @@ class VLLMServerBackend:
         if acc.is_main_process and every:
             extra = dict(t.args.generation_kwargs or {})
             extra["stop_token_ids"] = list(stop_ids)
-            out = t.vllm_generation.vllm_client.generate(
+            out = trl_contact.vllm_client(t).generate(
                 prompts=every, n=1, repetition_penalty=t.repetition_penalty, temperature=temperature,
                 top_p=t.top_p, top_k=t.top_k, min_p=t.min_p or 0.0, max_tokens=max_new_tokens, logprobs=0,
                 generation_kwargs=extra,
@@ -349,8 +350,8 @@ class MultiTurnRollout:
         names = ("return", "success_rate", "turns", "actions", "penalised_turn_fraction", "truncated_fraction",
                  "model_tokens", "env_tokens")
         for name, value in zip(names, every.mean(dim=0).tolist()):
-            trainer._metrics[mode][f"env/{name}"].append(value)
+            trl_contact.metrics(trainer, mode)[f"env/{name}"].append(value)
         group = trainer.num_generations if mode == "train" else (trainer.num_generations_eval or 1)
         if every.shape[0] and every.shape[0] % group == 0:
             solved = every[:, 1].reshape(-1, group).amax(dim=1)
-            trainer._metrics[mode][f"env/pass@{group}"].append(float(solved.mean()))
+            trl_contact.metrics(trainer, mode)[f"env/pass@{group}"].append(float(solved.mean()))

@@ -38,6 +38,8 @@ from urllib.parse import urlparse
 import requests
 from urllib3.util.retry import RequestHistory, Retry
 
+from trainer import trl_contact
+
 logger = logging.getLogger("trainer.server.client")
 
 # An unreachable/black-holed host should fail fast even when the read timeout is long (a generation can take
@@ -203,11 +205,10 @@ def harden_client(client, request_timeout: float, retries: Retry | None = None,
     retry = next(iter(adapters)).max_retries if adapters else None
     connect = min(DEFAULT_CONNECT_TIMEOUT, request_timeout) if connect_timeout is None else connect_timeout
     settings = _Hardening(connect, request_timeout, retry)
-    existing = getattr(client, "_winnow_hardening", None)
+    existing = trl_contact.client_hardening(client)
     if existing is not None:
         existing.__dict__.update(settings.__dict__)
         return
-    client._winnow_hardening = settings
     raw_request = session.request
 
     def request(method, url, *args, **kwargs):
@@ -237,4 +238,4 @@ def harden_client(client, request_timeout: float, retries: Retry | None = None,
         return call
 
     session.request = request  # instance attribute: Session.get/post call self.request
-    client._get, client._post = checked("GET"), checked("POST")
+    trl_contact.patch_client(client, settings, checked("GET"), checked("POST"))

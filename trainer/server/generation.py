@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from trl.generation.vllm_generation import VLLMGeneration
 
+from trainer import trl_contact
 from trainer.config.core import ConfigError
 from trainer.server.client import GenerationServerError, harden_client, wait_for_server
 from trainer.server.weight_sync import SYNCS, http_only_client, lora_problems
@@ -88,11 +89,5 @@ def generation_class(args: Any, kind: str):
     Why a swap of the module attribute: TRL constructs the generation backend inside ``GRPOTrainer.__init__`` by the
     name it imported, with no factory argument, and the NCCL communicator it opens there cannot exist on a CPU. The
     swap lasts for the constructor only."""
-    import trl.trainer.grpo_trainer as grpo_module
-
-    original = grpo_module.VLLMGeneration
-    grpo_module.VLLMGeneration = server_generation_class(args, kind)
-    try:
+    with trl_contact.generation_class(server_generation_class(args, kind)):
         yield
-    finally:
-        grpo_module.VLLMGeneration = original

@@ -33,6 +33,7 @@ from typing import Any, Callable
 import requests
 import torch
 
+from trainer import trl_contact
 from trainer.server.client import GenerationServerError
 
 logger = logging.getLogger("trainer.server.weight_sync")
@@ -149,7 +150,7 @@ def tied_embedding_names(model: torch.nn.Module, fix_name: Callable[[str], str])
 def _vllm_name(generation: Any, name: str) -> str:
     """A module path as TRL names it for vLLM (PEFT wrapper prefixes removed)."""
     name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-    return generation._fix_param_name_to_vllm(name, extra_prefixes=["modules_to_save.default."])
+    return trl_contact.vllm_param_name(generation, name, extra_prefixes=["modules_to_save.default."])
 
 
 class VersionedSync:
@@ -193,14 +194,14 @@ class DiskSync(VersionedSync):
     def sync(self) -> dict[str, float]:
         """Write, publish and load one version (collective under ZeRO-3: every rank walks the parameters)."""
         if not self.is_main:
-            for _ in self.generation._iter_named_params():  # take part in the gathers
+            for _ in trl_contact.named_params_for_sync(self.generation):  # take part in the gathers
                 pass
             return {}
         start = time.perf_counter()
         staging = self.folders.staging()
         writer = ShardWriter(staging, self.shard_bytes)
         failure = None
-        for name, tensor in self.generation._iter_named_params():
+        for name, tensor in trl_contact.named_params_for_sync(self.generation):
             if failure is not None:
                 continue  # keep walking: under ZeRO-3 every rank must take part in every gather
             try:
@@ -237,7 +238,7 @@ class LoraSync(VersionedSync):
         from safetensors.torch import save_file
 
         start = time.perf_counter()
-        with self.generation._dist.gather_params(self.params):
+        with trl_contact.gather_params(self.generation, self.params):
             state = (
                 get_peft_model_state_dict(self.generation.model, adapter_name=self.adapter) if self.is_main else None
             )

