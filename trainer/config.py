@@ -15,17 +15,12 @@ from trl import GRPOConfig
 
 from . import stages
 from .algorithms.grpo import STD_KINDS
-from .algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
 from .config_errors import ConfigError
 from .config_server import ServerFields, validate_server_fields
 from .config_teacher import TeacherFields, validate_teacher_fields
 from .step_dealing import FILTERED_UPDATES
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
-DROPOUT_DELETE = ("positive", "negative", "both")
-DROPOUT_RECENTER = ("prob_weighted", "mean", "none")
-DROPOUT_BASIS = ("mean", "sum")
-DROPOUT_SELECTORS = ("paper", "balanced_push")
 ON_LIMIT = ("partial", "error")
 
 
@@ -438,15 +433,6 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         for name, allowed in (
             ("advantage_std", STD_KINDS),
             ("old_logps_source", OLD_LOGPS_SOURCES),
-            ("dropout_selector", DROPOUT_SELECTORS),
-            ("dropout_delete", DROPOUT_DELETE),
-            ("dropout_recenter", DROPOUT_RECENTER),
-            ("dropout_surprisal_basis", DROPOUT_BASIS),
-            ("snr_metric", SCORE_METRICS),
-            ("snr_strategy", STRATEGIES),
-            ("snr_top_p_mode", TOP_P_MODES),
-            ("snr_keep", KEEP_MODES),
-            ("snr_loss_scaling", LOSS_SCALING),
             ("dynamic_sampling_on_limit", ON_LIMIT),
             ("collapse_turns", ("first", "all")),
             ("filtered_updates", FILTERED_UPDATES),
@@ -454,12 +440,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
-        if self.dropout_selector == "balanced_push" and self.dropout_delete != "positive":
-            # balanced_push keeps by its own push-balance rule (the released `balance` variant); the restoration
-            # rule of dropout_delete belongs to the paper's selector, so a non-default value would be ignored.
-            raise ConfigError("dropout_delete", f"{self.dropout_delete!r} applies to dropout_selector 'paper' only; "
-                              "'balanced_push' decides which rollouts stay by its own rule",
-                              "remove dropout_delete, or use dropout_selector: paper for the Table 2 deletion rows")
+        for check in stages.config_checks():  # each method's own fields (stages.register_config_check)
+            check(self)
         if self.reward_variance_stop_steps < 0 or not 0 < self.reward_variance_stop_ratio < 1:
             raise ConfigError("reward_variance_stop_steps", f"needs steps >= 0 and 0 < reward_variance_stop_ratio < 1 "
                               f"(got {self.reward_variance_stop_steps}, {self.reward_variance_stop_ratio})",
@@ -476,7 +458,10 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                               "use e.g. 600 (seconds; longer than the slowest generation call)")
         validate_server_fields(self)
         self._validate_snr_and_collapse()
-        self._validate_dapo_and_cov()
+        self._validate_dapo()
+        for stage in stages.configured_stages(self):  # the selected stages' own checks (register_stage validate=)
+            if stage.validate is not None:
+                stage.validate(self)
         validate_teacher_fields(self, "teacher" in stages.required_inputs(self))
         if self.num_generations is not None and self.num_generations < 2:
             group_stages = [s for s in stages.configured_stages(self) if s.group_level]
@@ -505,25 +490,11 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             if getattr(self, name) != off:
                 raise ConfigError("micro_batch_tokens", f"cannot be combined with {name}={getattr(self, name)!r} "
                                   f"({what})", f"set {name}: {off}, or micro_batch_tokens: null")
-        if self.loss_variant in ("clip_cov", "kl_cov"):
-            raise ConfigError("micro_batch_tokens", f"loss_variant {self.loss_variant!r} chooses its tokens over the "
-                              "whole micro-step, so chunks would change the choice",
-                              "use micro_batch_tokens: null with this loss variant")
 
     def _validate_snr_and_collapse(self) -> None:
-        if not self.snr_value > 0:
-            raise ConfigError("snr_value", f"must be > 0 (got {self.snr_value})", "use e.g. 0.9 (top_p) or 0.5 (top_k)")
-        if self.snr_strategy == "top_p" and self.snr_top_p_mode == "linear" and self.snr_keep == "smallest":
-            raise ConfigError(
-                "snr_keep",
-                "'smallest' is undefined for linear top_p (an ascending cumulative sum with a stop at non-positive "
-                "scores keeps nothing meaningful)",
-                "use snr_strategy 'top_k', 'top_k_abs' or 'min_p', or snr_top_p_mode 'softmax' (the paper's "
-                "keep-smallest ablation is top_k 0.5)",
-            )
-        for name in ("snr_eps", "snr_empty_stop_steps"):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, f"must be >= 0 (got {getattr(self, name)})", "use a non-negative value")
+        if self.snr_empty_stop_steps < 0:
+            raise ConfigError("snr_empty_stop_steps", f"must be >= 0 (got {self.snr_empty_stop_steps})",
+                              "use a non-negative value")
         for name, low in (
             ("collapse_every", 1),
             ("collapse_num_samples", 2),
@@ -533,36 +504,13 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             if getattr(self, name) < low:
                 raise ConfigError(name, f"must be >= {low} (got {getattr(self, name)})", f"use a value >= {low}")
 
-    def _validate_dapo_and_cov(self) -> None:
-        from .methods.surrogate import SUPPORTED_LOSS_TYPES, UNSUPPORTED
-
+    def _validate_dapo(self) -> None:
         if self.max_num_gen_batches < 1:
             raise ConfigError(
                 "max_num_gen_batches", f"must be >= 1 (got {self.max_num_gen_batches})", "use e.g. 10; 1 = no refill"
             )
         if self.dynamic_sampling and self.num_generations is not None and self.num_generations < 2:
             raise ConfigError("num_generations", "dynamic_sampling compares rollouts within a group", "set >= 2")
-        for name in ("clip_cov_ratio", "kl_cov_ratio"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ConfigError(name, f"must be in (0, 1] (got {getattr(self, name)})", "use a fraction, e.g. 2e-4")
-        if not self.clip_cov_lb < self.clip_cov_ub:
-            raise ConfigError(
-                "clip_cov_ub", f"must exceed clip_cov_lb (got lb={self.clip_cov_lb}, ub={self.clip_cov_ub})", "e.g. 1 and 5"
-            )
-        if self.kl_cov_coef < 0:
-            raise ConfigError("kl_cov_coef", f"must be >= 0 (got {self.kl_cov_coef})", "use e.g. 1.0")
-        if self.loss_variant in ("clip_cov", "kl_cov", "naive_hybrid"):
-            if self.loss_type not in SUPPORTED_LOSS_TYPES:
-                raise ConfigError(
-                    "loss_type",
-                    f"{self.loss_type!r} changes the surrogate itself; loss_variant {self.loss_variant!r} keeps PPO's",
-                    f"use one of {list(SUPPORTED_LOSS_TYPES)} (the paper's token-mean is 'dapo')",
-                )
-            for name, (off, what) in UNSUPPORTED.items():
-                if getattr(self, name) != off:
-                    raise ConfigError(
-                        name, f"{what} is not combined with loss_variant {self.loss_variant!r}", f"set {name}: {off}"
-                    )
 
 
 def as_winnow_config(args: Any, model: Any) -> WinnowConfig:

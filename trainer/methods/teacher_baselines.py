@@ -22,7 +22,7 @@ import torch
 from ..algorithms.uecr import atod_advantages, atod_lambda, distilled_rl_advantages, pg_opd_advantages
 from ..rollout_batch import RolloutBatch
 from ..stages import StageResult, get_stage, register_stage
-from .surrogate import finish, policy_forward, ppo_token_loss
+from .surrogate import finish, policy_forward, ppo_token_loss, validate_surrogate_variant
 from .uecr import TEACHER, teacher_gap
 
 TEACHER_DELTA_KEY = "winnow_teacher_delta"  # per-row (B, T) delta the trainer puts in the batch for naive_hybrid
@@ -69,7 +69,13 @@ def atod_stage(batch: RolloutBatch, args: Any) -> StageResult:
     )
 
 
-@register_stage("loss_variant", "naive_hybrid", needs=TEACHER, metric_prefix="naive_hybrid")
+def teacher_delta_rows(batch: RolloutBatch) -> dict[str, torch.Tensor]:
+    """``loss_inputs`` hook of naive_hybrid: its OPD term needs delta in every micro-batch."""
+    return {TEACHER_DELTA_KEY: teacher_gap(batch).float()}
+
+
+@register_stage("loss_variant", "naive_hybrid", needs=TEACHER, metric_prefix="naive_hybrid",
+                validate=validate_surrogate_variant, loss_inputs=teacher_delta_rows)
 def naive_hybrid_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """L = L_clip(A_GRPO) + L_clip(opd_coef * delta) (reference §2.7): two clipped surrogates on one forward."""
     if not trainer.model.training:
