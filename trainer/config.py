@@ -252,13 +252,21 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "'sqrt' (x sqrt(kept/total)); the released code's filter_loss_scaling."
         },
     )
-    snr_empty_stop_steps: int = field(
+    empty_batch_stop_steps: int = field(
         default=5,
         metadata={
             "help": "Stop training after this many consecutive generation batches (rollout-update iterations, as "
-            "RAGEN counts) with nothing to train on (every rollout filtered or dropped); the stop and its save land "
-            "at the end of the batch. Empty optimizer steps are skipped (weights, optimizer moments and the LR "
-            "schedule do not move) but only whole empty batches count. 0 never stops."
+            "RAGEN counts) with nothing to train on (every rollout removed by any stage that removes rollouts: "
+            "rollout_filter, rollout_dropout, dynamic_sampling); the stop and its save land at the end of the batch. "
+            "Empty optimizer steps are skipped (weights, optimizer moments and the LR schedule do not move) but only "
+            "whole empty batches count. 0 never stops."
+        },
+    )
+    snr_empty_stop_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated alias of empty_batch_stop_steps (the stop applies to every stage that removes "
+            "rollouts, not only the SNR filter): its value is moved there, with a warning."
         },
     )
     filtered_updates: str = field(
@@ -420,8 +428,24 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             stacklevel=2,
         )
 
+    def _map_deprecated_names(self) -> None:
+        """Move a deprecated field's value to its new name, with a warning (the old one is then None)."""
+        old = self.snr_empty_stop_steps
+        if old is None:
+            return
+        if old < 0:
+            raise ConfigError("snr_empty_stop_steps", f"must be >= 0 (got {old})", "use a non-negative value")
+        default = next(f.default for f in fields(WinnowConfig) if f.name == "empty_batch_stop_steps")
+        if self.empty_batch_stop_steps not in (default, old):
+            raise ConfigError("snr_empty_stop_steps", f"is the deprecated name of empty_batch_stop_steps, and both are "
+                              f"set ({old} and {self.empty_batch_stop_steps})", "set empty_batch_stop_steps alone")
+        warnings.warn("WinnowConfig.snr_empty_stop_steps is deprecated (the stop applies to every stage that removes "
+                      "rollouts): use empty_batch_stop_steps", FutureWarning, stacklevel=3)
+        self.empty_batch_stop_steps, self.snr_empty_stop_steps = old, None
+
     def _validate_winnow(self) -> None:
         """Fail fast on winnow fields (TRL validates its own in super().__post_init__)."""
+        self._map_deprecated_names()
         for kind in stages.STAGE_KINDS:
             name = getattr(self, kind)
             if name not in stages.available(kind):
@@ -492,8 +516,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                                   f"({what})", f"set {name}: {off}, or micro_batch_tokens: null")
 
     def _validate_snr_and_collapse(self) -> None:
-        if self.snr_empty_stop_steps < 0:
-            raise ConfigError("snr_empty_stop_steps", f"must be >= 0 (got {self.snr_empty_stop_steps})",
+        if self.empty_batch_stop_steps < 0:
+            raise ConfigError("empty_batch_stop_steps", f"must be >= 0 (got {self.empty_batch_stop_steps})",
                               "use a non-negative value")
         for name, low in (
             ("collapse_every", 1),

@@ -88,7 +88,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self.vllm_generation.sync_weights = self._timer.wrap("weight_sync", self.vllm_generation.sync_weights)
         self._global_rewards_per_func: torch.Tensor | None = None
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
-        self._empty_steps = EmptyStepGuard(args.snr_empty_stop_steps) if stages.can_remove_rollouts(args) else None
+        self._empty_steps = EmptyStepGuard(args.empty_batch_stop_steps) if stages.can_remove_rollouts(args) else None
         if self._empty_steps is not None:
             self.add_callback(EmptyStepStopCallback(self._empty_steps, args))
         self._numerics = NonFiniteGuard() if args.skip_nonfinite_steps else None
