@@ -440,7 +440,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             raise ConfigError("snr_empty_stop_steps", f"is the deprecated name of empty_batch_stop_steps, and both are "
                               f"set ({old} and {self.empty_batch_stop_steps})", "set empty_batch_stop_steps alone")
         warnings.warn("WinnowConfig.snr_empty_stop_steps is deprecated (the stop applies to every stage that removes "
-                      "rollouts): use empty_batch_stop_steps", FutureWarning, stacklevel=3)
+                      "rollouts): use empty_batch_stop_steps", FutureWarning, stacklevel=5)
         self.empty_batch_stop_steps, self.snr_empty_stop_steps = old, None
 
     def _validate_winnow(self) -> None:
