@@ -547,7 +547,7 @@ def test_ragen_recipe_updates_and_empty_stop_follow_upstream(rel):
     rollout_filter_empty_stop_steps = 5 empty iterations (config/base.yaml:66)."""
     _, args, _ = parse_here(ROOT / rel)
     assert args.filtered_updates == "proportional"
-    assert args.snr_empty_stop_steps == 5
+    assert args.empty_batch_stop_steps == 5
     assert resolved(ROOT / rel)["rollouts_per_optimizer_step"] == 32
 
 

@@ -168,6 +168,8 @@ def test_entropy_metric_runs_through_trainer(tiny_model, tmp_path):
         (dict(snr_strategy="top_q"), "snr_strategy"),
         (dict(snr_loss_scaling="cube"), "snr_loss_scaling"),
         (dict(snr_empty_stop_steps=-1), "snr_empty_stop_steps"),
+        (dict(empty_batch_stop_steps=-1), "empty_batch_stop_steps"),
+        (dict(snr_empty_stop_steps=2, empty_batch_stop_steps=3), "snr_empty_stop_steps"),  # both names, two values
         (dict(collapse_num_samples=1), "collapse_num_samples"),
         (dict(collapse_every=0), "collapse_every"),
     ],
@@ -180,11 +182,19 @@ def test_config_errors_name_the_field(overrides, field):
     assert err.value.field_name == field and "Fix:" in str(err.value)
 
 
+def test_deprecated_empty_stop_name_maps_to_the_new_one_with_a_warning():
+    common = dict(output_dir="/tmp/x", use_cpu=True, bf16=False, report_to="none", rollout_filter="snr")
+    with pytest.warns(FutureWarning, match="snr_empty_stop_steps is deprecated.*use empty_batch_stop_steps"):
+        args = WinnowConfig(**common, snr_empty_stop_steps=2)
+    assert (args.empty_batch_stop_steps, args.snr_empty_stop_steps) == (2, None)
+    assert WinnowConfig(**common, empty_batch_stop_steps=3).empty_batch_stop_steps == 3
+
+
 def test_stage_state_survives_a_checkpoint(tiny_model, tmp_path):
     """The empty-step counter and the collapse detector's schedule and EMAs are checkpointed: a run resumed
-    after one empty step stops after one more (snr_empty_stop_steps=2), as the uninterrupted run would."""
+    after one empty step stops after one more (empty_batch_stop_steps=2), as the uninterrupted run would."""
     common = dict(reward_funcs=[reward_parity_flat_at(2, 3, 4)], rollout_filter="snr", per_device_train_batch_size=8,
-                  snr_empty_stop_steps=2, collapse_detection=True, collapse_every=1, collapse_num_samples=4,
+                  empty_batch_stop_steps=2, collapse_detection=True, collapse_every=1, collapse_num_samples=4,
                   save_strategy="steps", save_steps=1)
     first = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, max_steps=2, **common)
     first.train()

@@ -146,11 +146,11 @@ def test_fixed_one_kept_rollout_per_step_each_trl_loss(tiny_model, tmp_path, com
 @pytest.mark.parametrize("keep, compact, empty_per_generation",
                          [([1, 6, 11, 12], False, 0), ([1, 6, 11, 12, 14], True, 0), ([5, 9], True, 2)])
 def test_fixed_never_stops_a_run_that_keeps_rollouts(tiny_model, tmp_path, keep, compact, empty_per_generation):
-    """snr_empty_stop_steps=1 with 4 optimizer steps per generation: K >= U kept rows leave no step empty; K=2 < U=4
+    """empty_batch_stop_steps=1 with 4 optimizer steps per generation: K >= U kept rows leave no step empty; K=2 < U=4
     leaves exactly U-K=2 steps of each generation empty, skipped and not counted: the run reaches max_steps."""
     KEEP_ROWS[:] = keep
     tr = build(tmp_path, tiny_model, f"nostop-{len(keep)}", rollout_dropout="test_dealing_keep_rows",
-               per_device_train_batch_size=4, steps_per_generation=4, snr_empty_stop_steps=1, max_steps=8,
+               per_device_train_batch_size=4, steps_per_generation=4, empty_batch_stop_steps=1, max_steps=8,
                compact_batch=compact)
     tr.train()
     assert tr.state.global_step == 8
@@ -165,11 +165,11 @@ def test_fixed_never_stops_a_run_that_keeps_rollouts(tiny_model, tmp_path, keep,
 
 
 def test_stop_counts_generation_batches_and_saves_on_a_boundary(tiny_model, tmp_path):
-    """Generation batches 2 and 3 (steps 5-12; 4 optimizer steps each) keep nothing: with snr_empty_stop_steps=2
+    """Generation batches 2 and 3 (steps 5-12; 4 optimizer steps each) keep nothing: with empty_batch_stop_steps=2
     training stops after step 12 -- the last step of batch 3, not after two empty optimizer steps -- and the
     stop's checkpoint is on a batch boundary like the scheduled ones."""
     tr = build(tmp_path, tiny_model, "stop", reward_funcs=[reward_parity_flat_at(5, 9)], rollout_filter="snr",
-               per_device_train_batch_size=4, steps_per_generation=4, snr_empty_stop_steps=2, max_steps=16,
+               per_device_train_batch_size=4, steps_per_generation=4, empty_batch_stop_steps=2, max_steps=16,
                save_strategy="steps", save_steps=4)
     tr.train()
     assert tr.state.global_step == 12
@@ -217,7 +217,7 @@ def test_proportional_updates_filtered_vs_unfiltered(tiny_model, tmp_path):
     """Updates per generation are logged and equal ceil(K*G / mini-batch) for every generation, and that is how
     many optimizer steps of the generation actually trained; the filtered run takes fewer than the unfiltered."""
     geometry = dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=8,
-                    max_steps=12, filtered_updates="proportional", loss_type="dapo", snr_empty_stop_steps=0)
+                    max_steps=12, filtered_updates="proportional", loss_type="dapo", empty_batch_stop_steps=0)
     M, G, U = 2 * 2, 4, 4
     taken = {}
     for name, stage in (("filtered", DEMO_FILTER), ("unfiltered", NO_FILTER)):

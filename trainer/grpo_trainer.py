@@ -83,6 +83,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             harden_client(client, args.vllm_request_timeout)  # (disk/lora: hardened before the first request)
         if sync in ("disk", "lora"):
             trl_contact.vllm_generation(self).on_sync = self._log_weight_sync
+        self._stages = stages.configured_stages(args)
         self._stage_needs = stages.required_inputs(args)
         self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/pipeline/phase_timing.py)
         self.add_callback(PhaseTimingCallback(self._timer, self))
@@ -91,7 +92,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             generation.sync_weights = self._timer.wrap("weight_sync", generation.sync_weights)
         self._global_rewards_per_func: torch.Tensor | None = None
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
-        self._empty_steps = EmptyStepGuard(args.snr_empty_stop_steps) if stages.can_remove_rollouts(args) else None
+        self._empty_steps = EmptyStepGuard(args.empty_batch_stop_steps) if stages.can_remove_rollouts(args) else None
         if self._empty_steps is not None:
             self.add_callback(EmptyStepStopCallback(self._empty_steps, args))
         self._numerics = NonFiniteGuard() if args.skip_nonfinite_steps else None
@@ -112,6 +113,14 @@ class WinnowGRPOTrainer(GRPOTrainer):
             load_teacher(args, self.accelerator, trl_contact.tokenizer(self))
             if "teacher" in self._stage_needs else None
         )
+        # Each configured stage's own state (Stage.state), handed to it as batch.stage_state[key].
+        self._stage_states = {s.state_key: s.state(args) for s in self._stages if s.state is not None}
+        # Everything checkpointed in STAGE_STATE_FILE, by its key there (one protocol: stages.Checkpointed).
+        guards = (("empty_steps", self._empty_steps), ("collapse", self._collapse),
+                  ("dynamic_sampling", self._dynamic), ("numerics", self._numerics),
+                  ("reward_variance_stop", self._rv_stop))
+        self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
+        self._checkpointed.update(self._stage_states)
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
         if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
             raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
@@ -161,13 +170,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         batch = self._build_rollout_batch(output, initial_keep)
         with self._phase("stage_pipeline"):
             decision = stages.run_pipeline(batch, self.args)
-        if self.args.loss_variant == "naive_hybrid":  # its OPD term needs delta in every micro-batch
-            from trainer.methods.teacher_baselines import TEACHER_DELTA_KEY
-            from trainer.methods.uecr import teacher_gap
-
-            B, T = output["completion_ids"].shape
-            rank = self.accelerator.process_index
-            output[TEACHER_DELTA_KEY] = teacher_gap(batch)[rank * B : (rank + 1) * B, :T].float()
+        self._add_loss_inputs(output, batch)
         trained_batch_metrics.table_advantages(trl_contact.completion_logs(self), decision.advantages, batch.mask)
         with self._phase("stage_pipeline"):
             self._apply_decision(output, decision)
@@ -369,16 +372,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if path and os.path.exists(path):
             with open(path) as fh:
                 state = json.load(fh)
-            if self._empty_steps is not None and "empty_steps" in state:
-                self._empty_steps.load_state_dict(state["empty_steps"])
-            if self._collapse is not None and "collapse" in state:
-                self._collapse.load_state_dict(state["collapse"])
-            if self._dynamic is not None and "dynamic_sampling" in state:
-                self._dynamic.load_state_dict(state["dynamic_sampling"])
-            if self._numerics is not None and "numerics" in state:
-                self._numerics.load_state_dict(state["numerics"])
-            if self._rv_stop is not None and "reward_variance_stop" in state:
-                self._rv_stop.load_state_dict(state["reward_variance_stop"])
+            for key, obj in self._checkpointed.items():
+                if key in state:
+                    obj.load_state_dict(state[key])
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -389,18 +385,18 @@ class WinnowGRPOTrainer(GRPOTrainer):
             trl_contact.metrics(self, mode)[name].append(value)
 
     def _stage_state(self) -> dict[str, Any]:
-        state = {}
-        if self._empty_steps is not None:
-            state["empty_steps"] = self._empty_steps.state_dict()
-        if self._collapse is not None:
-            state["collapse"] = self._collapse.state_dict()
-        if self._dynamic is not None:
-            state["dynamic_sampling"] = self._dynamic.state_dict()
-        if self._numerics is not None:
-            state["numerics"] = self._numerics.state_dict()
-        if self._rv_stop is not None:
-            state["reward_variance_stop"] = self._rv_stop.state_dict()
-        return state
+        """What STAGE_STATE_FILE holds: every checkpointed object's ``state_dict()`` under its key."""
+        return {key: obj.state_dict() for key, obj in self._checkpointed.items()}
+
+    def _add_loss_inputs(self, output: dict[str, Any], batch: RolloutBatch) -> None:
+        """This rank's rows (and the batch's length T) of the per-row tensors the configured stages' loss variants
+        read in every micro-batch (``Stage.loss_inputs``); compaction and step dealing carry them like TRL's own."""
+        B, T = output["completion_ids"].shape
+        rows = slice(self.accelerator.process_index * B, (self.accelerator.process_index + 1) * B)
+        for stage in self._stages:
+            if stage.loss_inputs is not None:
+                for key, t in stage.loss_inputs(batch).items():
+                    output[key] = t[rows, :T] if t.dim() >= 2 else t[rows]
 
     def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
         """TRL's ``_compute_loss`` with dropped rollouts also out of row-count normalisers.
@@ -437,22 +433,15 @@ class WinnowGRPOTrainer(GRPOTrainer):
         def gather_rows(t: torch.Tensor | None, pad: float = 0) -> torch.Tensor | None:
             return None if t is None else gather_padded(acc, t, pad)
 
-        needs = self._stage_needs
-        scores = {}
-        if "teacher" in needs:  # timed only when it runs: a phase that did not run logs no key
-            with self._phase("teacher_scoring"):
-                scores = self._teacher_scores(output)
-        sampling_t = scores.pop("old_logps_sampling_t", None)  # same forward as T = 1, at the sampling temperature
-        old_logps = entropies = None
-        if needs & {"old_logps", "entropies"}:
-            reusable = (sampling_t is not None and "entropies" not in needs and self.args.old_logps_source == "policy"
-                        and output.get("old_per_token_logps") is None)
-            if reusable:
-                old_logps = sampling_t
-            else:
-                old_logps, entropies = self._old_policy_logps(output, need_entropy="entropies" in needs)
+        computed: dict[str, Any] = {}  # this rank's rows of every needed input (stages.register_input)
+        for spec in stages.input_providers(self._stage_needs):
+            # timed only when it runs: a phase that did not run logs no key
+            with self._phase(spec.phase) if spec.phase else nullcontext():
+                computed.update(spec.compute(self, output, self._stage_needs, computed))
+        rows = {k: v for k, v in computed.items() if not k.startswith("_")}
+        old_logps, entropies = rows.pop("old_logps", None), rows.pop("entropies", None)
         extras: dict[str, Any] = {"global_step": self.state.global_step, "max_steps": self.state.max_steps}
-        extras.update({k: gather_rows(v) for k, v in scores.items()})
+        extras.update({k: gather_rows(v) for k, v in rows.items() if v is not None})
         return RolloutBatch(
             R_k=self._global_rewards_per_func,
             reward_weights=self.reward_weights.to(completion_mask.device),
@@ -464,7 +453,26 @@ class WinnowGRPOTrainer(GRPOTrainer):
             entropies=gather_rows(entropies),
             extras=extras,
             keep=keep,
+            stage_state=self._stage_states,
         )
+
+    def teacher_inputs(self, output: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The ``teacher`` row input (stages.py): :meth:`_teacher_scores`, whose old-policy log-probs at the
+        sampling temperature (the same forward as T = 1) are left for ``old_logps`` to reuse, not gathered."""
+        scores = self._teacher_scores(output)
+        scores["_old_logps_sampling_t"] = scores.pop("old_logps_sampling_t")
+        return scores
+
+    def old_policy_inputs(self, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):
+        """The ``old_logps`` and ``entropies`` row inputs (stages.py): the teacher pass's sampling-temperature
+        log-probs when they are the policy's and no entropy is needed, else :meth:`_old_policy_logps`."""
+        sampling_t = computed.get("_old_logps_sampling_t")
+        reusable = (sampling_t is not None and "entropies" not in needs and self.args.old_logps_source == "policy"
+                    and output.get("old_per_token_logps") is None)
+        if reusable:
+            return {"old_logps": sampling_t}
+        old_logps, entropies = self._old_policy_logps(output, need_entropy="entropies" in needs)
+        return {"old_logps": old_logps, "entropies": entropies}
 
     def _teacher_scores(self, output: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Teacher log-probs and full-vocabulary entropy, and the old policy's log-probs, at T = 1 on this rank's

@@ -14,7 +14,6 @@ from typing import Any
 from trl import GRPOConfig
 
 from trainer.algorithms.grpo import STD_KINDS
-from trainer.algorithms.snr_filter import KEEP_MODES, LOSS_SCALING, SCORE_METRICS, STRATEGIES, TOP_P_MODES
 from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
 from trainer.config.teacher import TeacherFields, validate_teacher_fields
@@ -22,10 +21,6 @@ from trainer.pipeline import stages
 from trainer.pipeline.step_dealing import FILTERED_UPDATES
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
-DROPOUT_DELETE = ("positive", "negative", "both")
-DROPOUT_RECENTER = ("prob_weighted", "mean", "none")
-DROPOUT_BASIS = ("mean", "sum")
-DROPOUT_SELECTORS = ("paper", "balanced_push")
 ON_LIMIT = ("partial", "error")
 
 
@@ -257,13 +252,21 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "'sqrt' (x sqrt(kept/total)); the released code's filter_loss_scaling."
         },
     )
-    snr_empty_stop_steps: int = field(
+    empty_batch_stop_steps: int = field(
         default=5,
         metadata={
             "help": "Stop training after this many consecutive generation batches (rollout-update iterations, as "
-            "RAGEN counts) with nothing to train on (every rollout filtered or dropped); the stop and its save land "
-            "at the end of the batch. Empty optimizer steps are skipped (weights, optimizer moments and the LR "
-            "schedule do not move) but only whole empty batches count. 0 never stops."
+            "RAGEN counts) with nothing to train on (every rollout removed by any stage that removes rollouts: "
+            "rollout_filter, rollout_dropout, dynamic_sampling); the stop and its save land at the end of the batch. "
+            "Empty optimizer steps are skipped (weights, optimizer moments and the LR schedule do not move) but only "
+            "whole empty batches count. 0 never stops."
+        },
+    )
+    snr_empty_stop_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated alias of empty_batch_stop_steps (the stop applies to every stage that removes "
+            "rollouts, not only the SNR filter): its value is moved there, with a warning."
         },
     )
     filtered_updates: str = field(
@@ -425,8 +428,24 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             stacklevel=2,
         )
 
+    def _map_deprecated_names(self) -> None:
+        """Move a deprecated field's value to its new name, with a warning (the old one is then None)."""
+        old = self.snr_empty_stop_steps
+        if old is None:
+            return
+        if old < 0:
+            raise ConfigError("snr_empty_stop_steps", f"must be >= 0 (got {old})", "use a non-negative value")
+        default = next(f.default for f in fields(WinnowConfig) if f.name == "empty_batch_stop_steps")
+        if self.empty_batch_stop_steps not in (default, old):
+            raise ConfigError("snr_empty_stop_steps", f"is the deprecated name of empty_batch_stop_steps, and both are "
+                              f"set ({old} and {self.empty_batch_stop_steps})", "set empty_batch_stop_steps alone")
+        warnings.warn("WinnowConfig.snr_empty_stop_steps is deprecated (the stop applies to every stage that removes "
+                      "rollouts): use empty_batch_stop_steps", FutureWarning, stacklevel=5)
+        self.empty_batch_stop_steps, self.snr_empty_stop_steps = old, None
+
     def _validate_winnow(self) -> None:
         """Fail fast on winnow fields (TRL validates its own in super().__post_init__)."""
+        self._map_deprecated_names()
         for kind in stages.STAGE_KINDS:
             name = getattr(self, kind)
             if name not in stages.available(kind):
@@ -438,15 +457,6 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         for name, allowed in (
             ("advantage_std", STD_KINDS),
             ("old_logps_source", OLD_LOGPS_SOURCES),
-            ("dropout_selector", DROPOUT_SELECTORS),
-            ("dropout_delete", DROPOUT_DELETE),
-            ("dropout_recenter", DROPOUT_RECENTER),
-            ("dropout_surprisal_basis", DROPOUT_BASIS),
-            ("snr_metric", SCORE_METRICS),
-            ("snr_strategy", STRATEGIES),
-            ("snr_top_p_mode", TOP_P_MODES),
-            ("snr_keep", KEEP_MODES),
-            ("snr_loss_scaling", LOSS_SCALING),
             ("dynamic_sampling_on_limit", ON_LIMIT),
             ("collapse_turns", ("first", "all")),
             ("filtered_updates", FILTERED_UPDATES),
@@ -454,12 +464,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         ):
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
-        if self.dropout_selector == "balanced_push" and self.dropout_delete != "positive":
-            # balanced_push keeps by its own push-balance rule (the released `balance` variant); the restoration
-            # rule of dropout_delete belongs to the paper's selector, so a non-default value would be ignored.
-            raise ConfigError("dropout_delete", f"{self.dropout_delete!r} applies to dropout_selector 'paper' only; "
-                              "'balanced_push' decides which rollouts stay by its own rule",
-                              "remove dropout_delete, or use dropout_selector: paper for the Table 2 deletion rows")
+        for check in stages.config_checks():  # each method's own fields (stages.register_config_check)
+            check(self)
         if self.reward_variance_stop_steps < 0 or not 0 < self.reward_variance_stop_ratio < 1:
             raise ConfigError("reward_variance_stop_steps", f"needs steps >= 0 and 0 < reward_variance_stop_ratio < 1 "
                               f"(got {self.reward_variance_stop_steps}, {self.reward_variance_stop_ratio})",
@@ -476,7 +482,10 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                               "use e.g. 600 (seconds; longer than the slowest generation call)")
         validate_server_fields(self)
         self._validate_snr_and_collapse()
-        self._validate_dapo_and_cov()
+        self._validate_dapo()
+        for stage in stages.configured_stages(self):  # the selected stages' own checks (register_stage validate=)
+            if stage.validate is not None:
+                stage.validate(self)
         validate_teacher_fields(self, "teacher" in stages.required_inputs(self))
         if self.num_generations is not None and self.num_generations < 2:
             group_stages = [s for s in stages.configured_stages(self) if s.group_level]
@@ -505,25 +514,11 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             if getattr(self, name) != off:
                 raise ConfigError("micro_batch_tokens", f"cannot be combined with {name}={getattr(self, name)!r} "
                                   f"({what})", f"set {name}: {off}, or micro_batch_tokens: null")
-        if self.loss_variant in ("clip_cov", "kl_cov"):
-            raise ConfigError("micro_batch_tokens", f"loss_variant {self.loss_variant!r} chooses its tokens over the "
-                              "whole micro-step, so chunks would change the choice",
-                              "use micro_batch_tokens: null with this loss variant")
 
     def _validate_snr_and_collapse(self) -> None:
-        if not self.snr_value > 0:
-            raise ConfigError("snr_value", f"must be > 0 (got {self.snr_value})", "use e.g. 0.9 (top_p) or 0.5 (top_k)")
-        if self.snr_strategy == "top_p" and self.snr_top_p_mode == "linear" and self.snr_keep == "smallest":
-            raise ConfigError(
-                "snr_keep",
-                "'smallest' is undefined for linear top_p (an ascending cumulative sum with a stop at non-positive "
-                "scores keeps nothing meaningful)",
-                "use snr_strategy 'top_k', 'top_k_abs' or 'min_p', or snr_top_p_mode 'softmax' (the paper's "
-                "keep-smallest ablation is top_k 0.5)",
-            )
-        for name in ("snr_eps", "snr_empty_stop_steps"):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, f"must be >= 0 (got {getattr(self, name)})", "use a non-negative value")
+        if self.empty_batch_stop_steps < 0:
+            raise ConfigError("empty_batch_stop_steps", f"must be >= 0 (got {self.empty_batch_stop_steps})",
+                              "use a non-negative value")
         for name, low in (
             ("collapse_every", 1),
             ("collapse_num_samples", 2),
@@ -533,36 +528,13 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             if getattr(self, name) < low:
                 raise ConfigError(name, f"must be >= {low} (got {getattr(self, name)})", f"use a value >= {low}")
 
-    def _validate_dapo_and_cov(self) -> None:
-        from trainer.methods.surrogate import SUPPORTED_LOSS_TYPES, UNSUPPORTED
-
+    def _validate_dapo(self) -> None:
         if self.max_num_gen_batches < 1:
             raise ConfigError(
                 "max_num_gen_batches", f"must be >= 1 (got {self.max_num_gen_batches})", "use e.g. 10; 1 = no refill"
             )
         if self.dynamic_sampling and self.num_generations is not None and self.num_generations < 2:
             raise ConfigError("num_generations", "dynamic_sampling compares rollouts within a group", "set >= 2")
-        for name in ("clip_cov_ratio", "kl_cov_ratio"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ConfigError(name, f"must be in (0, 1] (got {getattr(self, name)})", "use a fraction, e.g. 2e-4")
-        if not self.clip_cov_lb < self.clip_cov_ub:
-            raise ConfigError(
-                "clip_cov_ub", f"must exceed clip_cov_lb (got lb={self.clip_cov_lb}, ub={self.clip_cov_ub})", "e.g. 1 and 5"
-            )
-        if self.kl_cov_coef < 0:
-            raise ConfigError("kl_cov_coef", f"must be >= 0 (got {self.kl_cov_coef})", "use e.g. 1.0")
-        if self.loss_variant in ("clip_cov", "kl_cov", "naive_hybrid"):
-            if self.loss_type not in SUPPORTED_LOSS_TYPES:
-                raise ConfigError(
-                    "loss_type",
-                    f"{self.loss_type!r} changes the surrogate itself; loss_variant {self.loss_variant!r} keeps PPO's",
-                    f"use one of {list(SUPPORTED_LOSS_TYPES)} (the paper's token-mean is 'dapo')",
-                )
-            for name, (off, what) in UNSUPPORTED.items():
-                if getattr(self, name) != off:
-                    raise ConfigError(
-                        name, f"{what} is not combined with loss_variant {self.loss_variant!r}", f"set {name}: {off}"
-                    )
 
 
 def as_winnow_config(args: Any, model: Any) -> WinnowConfig:

@@ -17,7 +17,7 @@ Skipping is per optimizer step, stopping per generation batch. TRL splits a gene
 optimizer step can be empty while another of the same batch is not: trainer/pipeline/step_dealing.py deals the kept
 rollouts so that this happens only when the batch kept fewer rollouts than it has steps (or, with
 ``filtered_updates: proportional``, for the steps beyond ceil(kept / mini-batch)). Such a step is skipped
-but does not count: ``snr_empty_stop_steps`` counts consecutive generation batches with nothing to train on
+but does not count: ``empty_batch_stop_steps`` counts consecutive generation batches with nothing to train on
 (RAGEN counts iterations: mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py:1126-1153),
 and the stop -- with its checkpoint -- waits for the last optimizer step of the batch, so the save lands
 on a generation-batch boundary like every other checkpoint (trainer/config/core.py's save_steps check). The
@@ -105,7 +105,7 @@ class EmptyStepGuard:
 
 
 class EmptyStepStopCallback(TrainerCallback):
-    """Ends training after ``snr_empty_stop_steps`` consecutive empty generation batches, saying why."""
+    """Ends training after ``empty_batch_stop_steps`` consecutive empty generation batches, saying why."""
 
     def __init__(self, guard: EmptyStepGuard, args: Any):
         self.guard = guard
@@ -119,8 +119,8 @@ class EmptyStepStopCallback(TrainerCallback):
                 f"generation batches had no rollout left to train on (rollout_filter={self.filter_name!r}, "
                 f"rollout_dropout={self.dropout_name!r}); their optimizer steps were skipped. Typical cause: every prompt "
                 "group has (near) zero reward variance -- the task is solved or hopeless for this policy. Raise the task's "
-                "difficulty range, set snr_include_zero=True or a softer snr_strategy, or snr_empty_stop_steps=0 to "
-                "keep going."
+                "difficulty range, set snr_include_zero=True or a softer snr_strategy, or empty_batch_stop_steps=0 "
+                "(formerly snr_empty_stop_steps) to keep going."
             )
             logger.warning(message)
             state.log_history.append({"step": state.global_step, "winnow_stop_reason": message})

@@ -27,9 +27,10 @@ from trainer.algorithms.losses import (
     ppo_clipped,
     token_covariance,
 )
-from trainer.methods.surrogate import finish, global_mean, policy_forward
+from trainer.config.errors import ConfigError
+from trainer.methods.surrogate import finish, global_mean, policy_forward, validate_surrogate_variant
 from trainer.pipeline.batch import gather_padded
-from trainer.pipeline.stages import register_stage
+from trainer.pipeline.stages import register_config_check, register_stage
 
 SelectionHook = Callable[[dict[str, torch.Tensor]], None]
 _hooks: list[SelectionHook] = []
@@ -110,14 +111,38 @@ def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], variant: str) -> 
     return loss
 
 
-@register_stage("loss_variant", "clip_cov", metric_prefix="clip_cov")
+@register_config_check
+def validate_cov_fields(args: Any) -> None:
+    """The ``clip_cov_*`` / ``kl_cov_*`` fields, checked whether or not a covariance loss is selected."""
+    for name in ("clip_cov_ratio", "kl_cov_ratio"):
+        if not 0 < getattr(args, name) <= 1:
+            raise ConfigError(name, f"must be in (0, 1] (got {getattr(args, name)})", "use a fraction, e.g. 2e-4")
+    if not args.clip_cov_lb < args.clip_cov_ub:
+        raise ConfigError(
+            "clip_cov_ub", f"must exceed clip_cov_lb (got lb={args.clip_cov_lb}, ub={args.clip_cov_ub})", "e.g. 1 and 5"
+        )
+    if args.kl_cov_coef < 0:
+        raise ConfigError("kl_cov_coef", f"must be >= 0 (got {args.kl_cov_coef})", "use e.g. 1.0")
+
+
+def validate_cov_variant(args: Any) -> None:
+    """``validate`` hook of clip_cov / kl_cov: PPO's surrogate with a supported normaliser, and whole micro-steps
+    (the token choice is taken over the micro-step, so token-budget chunks would change it)."""
+    if args.micro_batch_tokens is not None:
+        raise ConfigError("micro_batch_tokens", f"loss_variant {args.loss_variant!r} chooses its tokens over the "
+                          "whole micro-step, so chunks would change the choice",
+                          "use micro_batch_tokens: null with this loss variant")
+    validate_surrogate_variant(args)
+
+
+@register_stage("loss_variant", "clip_cov", metric_prefix="clip_cov", validate=validate_cov_variant)
 def clip_cov_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """Clip-Cov (Cui et al. 2025 §4.2): cut the gradient of a random ``clip_cov_ratio`` share of the tokens whose
     covariance lies in (``clip_cov_lb``, ``clip_cov_ub``) and that PPO did not clip."""
     return cov_loss(trainer, model, inputs, "clip_cov")
 
 
-@register_stage("loss_variant", "kl_cov", metric_prefix="kl_cov")
+@register_stage("loss_variant", "kl_cov", metric_prefix="kl_cov", validate=validate_cov_variant)
 def kl_cov_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """KL-Cov (Cui et al. 2025 §4.2): unclipped policy gradient plus ``kl_cov_coef * |log pi - log pi_old|`` on
     the top ``kl_cov_ratio`` share of tokens by covariance."""

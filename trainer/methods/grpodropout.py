@@ -20,8 +20,33 @@ from trainer.algorithms.dropout import (
     select_rollouts,
     sequence_surprisal,
 )
+from trainer.config.errors import ConfigError
 from trainer.pipeline.batch import RolloutBatch
-from trainer.pipeline.stages import StageResult, register_stage
+from trainer.pipeline.stages import StageResult, register_config_check, register_stage
+
+DROPOUT_DELETE = ("positive", "negative", "both")
+DROPOUT_RECENTER = ("prob_weighted", "mean", "none")
+DROPOUT_BASIS = ("mean", "sum")
+DROPOUT_SELECTORS = ("paper", "balanced_push")
+
+
+@register_config_check
+def validate_dropout_fields(args: Any) -> None:
+    """The ``dropout_*`` fields name options of this method, checked whether or not it is selected."""
+    for name, allowed in (
+        ("dropout_selector", DROPOUT_SELECTORS),
+        ("dropout_delete", DROPOUT_DELETE),
+        ("dropout_recenter", DROPOUT_RECENTER),
+        ("dropout_surprisal_basis", DROPOUT_BASIS),
+    ):
+        if getattr(args, name) not in allowed:
+            raise ConfigError(name, f"{getattr(args, name)!r} is not an option", f"use one of {list(allowed)}")
+    if args.dropout_selector == "balanced_push" and args.dropout_delete != "positive":
+        # balanced_push keeps by its own push-balance rule (the released `balance` variant); the restoration
+        # rule of dropout_delete belongs to the paper's selector, so a non-default value would be ignored.
+        raise ConfigError("dropout_delete", f"{args.dropout_delete!r} applies to dropout_selector 'paper' only; "
+                          "'balanced_push' decides which rollouts stay by its own rule",
+                          "remove dropout_delete, or use dropout_selector: paper for the Table 2 deletion rows")
 
 
 @register_stage("rollout_dropout", "grpodropout", needs={"old_logps"}, group_level=True, metric_prefix="dropout")

@@ -17,6 +17,7 @@ import torch
 
 from trainer import trl_contact
 from trainer.algorithms.losses import clipped_surrogate
+from trainer.config.errors import ConfigError
 
 # TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
 SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
@@ -29,6 +30,22 @@ UNSUPPORTED = {
     "use_adaptive_entropy": (False, "the adaptive entropy controller"),
     "delta": (None, "two-sided (dual) clipping"),
 }
+
+
+def validate_surrogate_variant(args: Any) -> None:
+    """``validate`` hook of the loss variants built on this module: a ``loss_type`` whose normaliser ``finish``
+    reproduces, and none of the TRL features whose interaction with a replaced surrogate is undefined."""
+    if args.loss_type not in SUPPORTED_LOSS_TYPES:
+        raise ConfigError(
+            "loss_type",
+            f"{args.loss_type!r} changes the surrogate itself; loss_variant {args.loss_variant!r} keeps PPO's",
+            f"use one of {list(SUPPORTED_LOSS_TYPES)} (the paper's token-mean is 'dapo')",
+        )
+    for name, (off, what) in UNSUPPORTED.items():
+        if getattr(args, name) != off:
+            raise ConfigError(
+                name, f"{what} is not combined with loss_variant {args.loss_variant!r}", f"set {name}: {off}"
+            )
 
 
 @dataclass

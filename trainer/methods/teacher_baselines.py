@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from trainer.algorithms.uecr import atod_advantages, atod_lambda, distilled_rl_advantages, pg_opd_advantages
-from trainer.methods.surrogate import finish, policy_forward, ppo_token_loss
+from trainer.methods.surrogate import finish, policy_forward, ppo_token_loss, validate_surrogate_variant
 from trainer.methods.uecr import TEACHER, teacher_gap
 from trainer.pipeline.batch import RolloutBatch
 from trainer.pipeline.stages import StageResult, get_stage, register_stage
@@ -69,7 +69,13 @@ def atod_stage(batch: RolloutBatch, args: Any) -> StageResult:
     )
 
 
-@register_stage("loss_variant", "naive_hybrid", needs=TEACHER, metric_prefix="naive_hybrid")
+def teacher_delta_rows(batch: RolloutBatch) -> dict[str, torch.Tensor]:
+    """``loss_inputs`` hook of naive_hybrid: its OPD term needs delta in every micro-batch."""
+    return {TEACHER_DELTA_KEY: teacher_gap(batch).float()}
+
+
+@register_stage("loss_variant", "naive_hybrid", needs=TEACHER, metric_prefix="naive_hybrid",
+                validate=validate_surrogate_variant, loss_inputs=teacher_delta_rows)
 def naive_hybrid_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """L = L_clip(A_GRPO) + L_clip(opd_coef * delta) (reference §2.7): two clipped surrogates on one forward."""
     if not trainer.model.training:

@@ -41,6 +41,8 @@ class RolloutBatch:
     old_logps: torch.Tensor | None = None  # (N, T) log pi_old(y_t) at the sampling temperature
     entropies: torch.Tensor | None = None  # (N, T) old-policy token entropy at the sampling temperature
     extras: dict[str, Any] = field(default_factory=dict)  # room for stage inputs (teacher scores, ...)
+    # Each configured stage's checkpointed state (Stage.state), by Stage.state_key; shared with every subset.
+    stage_state: dict[str, Any] = field(default_factory=dict)
     # Running state, updated by the pipeline as stages return.
     keep: torch.Tensor | None = None  # (N,) bool
     advantages: torch.Tensor | None = None  # (N,) or (N, T), set by a stage that transforms advantages
@@ -99,7 +101,7 @@ class RolloutBatch:
             R_k=self.R_k[rows], reward_weights=self.reward_weights, reward_names=self.reward_names, G=self.G,
             completion_ids=self.completion_ids[rows], mask=self.mask[rows], old_logps=pick(self.old_logps),
             entropies=pick(self.entropies), extras={k: pick(v) for k, v in self.extras.items()},
-            keep=self.keep[rows], estimate_advantages=self.estimate_advantages,
+            keep=self.keep[rows], estimate_advantages=self.estimate_advantages, stage_state=self.stage_state,
         )
 
     def groups(self, x: torch.Tensor) -> torch.Tensor:

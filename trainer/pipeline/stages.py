@@ -14,12 +14,20 @@ Kinds:
 - ``loss_variant``: ``fn(trainer, model, inputs) -> loss`` replacing TRL's ``_compute_loss`` for one
   micro-batch (the default, ``none``, is TRL's loss unchanged).
 
-``needs`` names inputs the trainer must compute before the pipeline runs: ``old_logps`` (old-policy
+``needs`` names per-row inputs the trainer must compute before the pipeline runs, each one registered with
+:func:`register_input` (a function of the trainer and this rank's batch). Built in: ``old_logps`` (old-policy
 per-token log-probs at the sampling temperature), ``entropies`` (old-policy token entropy) and ``teacher``
 (the frozen teacher's per-token log-probs and full-vocabulary entropy, and the old policy's log-probs, all at
 T = 1: ``batch.extras["teacher_logps" | "teacher_entropy" | "old_logps_t1"]``; the teacher is loaded only then).
 It is a set, or a function of the config returning one when what a stage needs depends on its options (the SNR
 filter needs entropies only for its entropy scores; an extra forward pass every step would be waste otherwise).
+
+A method touches only its own files: besides ``needs``, a stage may declare ``validate(args)`` (checks of its
+own config fields, raising ``ConfigError``; run when the stage is configured), ``loss_inputs(batch)`` (global
+per-row tensors its loss variant reads from every micro-batch) and ``state(args)`` (an object with
+``state_dict()`` / ``load_state_dict()`` saved in every checkpoint and handed to the stage as
+``batch.stage_state[name]``). Checks of a method's config fields that hold whether or not it is selected are
+registered with :func:`register_config_check`.
 Stage functions are pure in the sense that every rank calls them on the same global batch and must get
 the same answer: any randomness must come from a generator seeded from ``args`` and the step.
 """
@@ -28,7 +36,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -36,7 +44,18 @@ from trainer.algorithms.grpo import grpo_advantages, normalize_then_sum_advantag
 from trainer.pipeline.batch import RolloutBatch
 
 STAGE_KINDS = ("rollout_filter", "rollout_dropout", "advantage", "loss_variant")
-KNOWN_NEEDS = frozenset({"old_logps", "entropies", "teacher"})
+
+
+@runtime_checkable
+class Checkpointed(Protocol):
+    """Run state saved in every checkpoint (``winnow_stage_state.json``, one JSON object per name) and restored on
+    resume: the empty-batch counter, the collapse detector's schedule, a stage's own state, ..."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
 
 
 @dataclass
@@ -62,10 +81,69 @@ class Stage:
     needs: frozenset[str] | Callable[[Any], frozenset[str]] = frozenset()
     group_level: bool = False  # needs num_generations >= 2
     metric_prefix: str = ""
+    validate: Callable[[Any], None] | None = None  # checks of its own config fields; raises ConfigError
+    loss_inputs: Callable[[RolloutBatch], dict[str, torch.Tensor]] | None = None  # global per-row loss inputs
+    state: Callable[[Any], Checkpointed] | None = None  # factory of its checkpointed state
+
+    @property
+    def state_key(self) -> str:
+        """Name of the stage's state in the checkpoint's stage-state file and in ``batch.stage_state``."""
+        return f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True)
+class RowInput:
+    """A per-row input a stage can name in ``needs``: ``compute(trainer, output, needs, computed)`` returns this
+    rank's rows ``{key: (B, ...) tensor}``, gathered over processes into ``batch.old_logps`` / ``batch.entropies``
+    (those two keys) or ``batch.extras[key]``. ``computed`` holds what inputs computed earlier returned (in
+    registration order); keys starting with ``_`` are shared between inputs and never gathered. ``phase`` times
+    it as ``timing_s/<phase>``."""
+
+    name: str
+    compute: Callable[[Any, dict[str, Any], frozenset[str], dict[str, Any]], dict[str, Any]]
+    phase: str | None = None
 
 
 _REGISTRY: dict[str, dict[str, Stage]] = {kind: {} for kind in STAGE_KINDS}
+_INPUTS: dict[str, RowInput] = {}
+_CONFIG_CHECKS: list[Callable[[Any], None]] = []
 _BUILTINS_LOADED = False
+
+
+def register_input(name: str, compute: Callable[..., dict[str, Any]], *, phase: str | None = None) -> None:
+    """Register a per-row input ``name`` that stages can list in ``needs`` (see :class:`RowInput`); a name already
+    registered is an error. Register it before the stages that need it."""
+    if name in _INPUTS:
+        raise ValueError(f"row input {name!r} is already registered by {_INPUTS[name].compute.__module__}")
+    _INPUTS[name] = RowInput(name, compute, phase)
+
+
+def known_inputs() -> list[str]:
+    """Names stages may list in ``needs``, sorted."""
+    return sorted(_INPUTS)
+
+
+def input_providers(needs: frozenset[str]) -> list[RowInput]:
+    """The registered inputs that ``needs`` names, in registration order (an input may reuse an earlier one's
+    work), each compute function once (one function may provide several names)."""
+    out: list[RowInput] = []
+    for spec in _INPUTS.values():
+        if spec.name in needs and all(spec.compute is not other.compute for other in out):
+            out.append(spec)
+    return out
+
+
+def register_config_check(check: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Register ``check(args)``, run by every config's validation whether or not a stage of the method is selected
+    (its fields exist either way, and a wrong value is an error either way); it raises ``ConfigError``."""
+    _CONFIG_CHECKS.append(check)
+    return check
+
+
+def config_checks() -> list[Callable[[Any], None]]:
+    """The registered config checks (the built-in methods' included), in registration order."""
+    _load_builtin_methods()
+    return list(_CONFIG_CHECKS)
 
 
 def register_stage(
@@ -75,12 +153,19 @@ def register_stage(
     needs: set[str] | frozenset[str] | Callable[[Any], set[str] | frozenset[str]] = frozenset(),
     group_level: bool = False,
     metric_prefix: str | None = None,
+    validate: Callable[[Any], None] | None = None,
+    loss_inputs: Callable[[RolloutBatch], dict[str, torch.Tensor]] | None = None,
+    state: Callable[[Any], Checkpointed] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering ``fn`` as stage ``name`` of ``kind``; a name already registered for ``kind`` is an
     error (as in the reward, environment and dataset registries: a silent replacement would change what a recipe
     runs depending on import order).
 
-    ``needs`` is a set of input names, or ``needs(args) -> set`` when it depends on the config."""
+    ``needs`` is a set of registered input names (:func:`register_input`), or ``needs(args) -> set`` when it
+    depends on the config. ``validate(args)`` checks the stage's own config fields when it is configured;
+    ``loss_inputs(batch)`` returns global (N, ...) per-row tensors that the trainer slices to each rank's rows (and
+    the batch's length T) into TRL's batch, so a loss variant finds them in every micro-batch; ``state(args)``
+    builds the stage's :class:`Checkpointed` state."""
     if kind not in STAGE_KINDS:
         raise ValueError(f"unknown stage kind {kind!r}; expected one of {STAGE_KINDS}")
     if not callable(needs):
@@ -91,7 +176,9 @@ def register_stage(
         if name in _REGISTRY[kind]:
             other = _REGISTRY[kind][name].fn
             raise ValueError(f"{kind} stage {name!r} is already registered by {other.__module__}.{other.__qualname__}")
-        _REGISTRY[kind][name] = Stage(kind, name, fn, needs, group_level, metric_prefix or name)
+        _REGISTRY[kind][name] = Stage(
+            kind, name, fn, needs, group_level, metric_prefix or name, validate, loss_inputs, state
+        )
         return fn
 
     return decorator
@@ -129,9 +216,9 @@ def configured_stages(args: Any) -> list[Stage]:
 
 
 def _check_needs(name: str, needs: Any) -> None:
-    unknown = set(needs) - KNOWN_NEEDS
+    unknown = set(needs) - set(_INPUTS)
     if unknown:
-        raise ValueError(f"stage {name!r} needs unknown inputs {sorted(unknown)}; known: {sorted(KNOWN_NEEDS)}")
+        raise ValueError(f"stage {name!r} needs unknown inputs {sorted(unknown)}; known: {known_inputs()}")
 
 
 def required_inputs(args: Any) -> frozenset[str]:
@@ -305,3 +392,13 @@ def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """TRL's clipped surrogate for the configured ``loss_type``, unchanged."""
     return trainer.trl_compute_loss(model, inputs)
 
+
+
+# Built-in per-row inputs: model forwards only the trainer can run, so each delegates to it. ``teacher`` comes
+# first: its student pass also yields the old policy's log-probs at the sampling temperature, which ``old_logps``
+# then reuses instead of a second forward.
+register_input("teacher", lambda trainer, output, needs, computed: trainer.teacher_inputs(output),
+               phase="teacher_scoring")
+register_input("old_logps",
+               lambda trainer, output, needs, computed: trainer.old_policy_inputs(output, needs, computed))
+register_input("entropies", _INPUTS["old_logps"].compute)  # the same forward: one call computes both
