@@ -41,6 +41,8 @@ OWN_PRIVATES = {
     "group._group_actions",
 }
 # Library classes our classes derive from, whose private names a subclass must not reach for directly.
+# Libraries whose private module-level names (``from trl.x import _name``) only the contact module may import.
+LIBRARIES = {"trl", "transformers", "accelerate", "deepspeed", "vllm", "peft", "torch"}
 LIBRARY_BASES = {"GRPOTrainer", "Trainer", "VLLMGeneration", "TrainerCallback"}
 
 
@@ -78,6 +80,9 @@ def private_accesses(path: Path, library_privates: set[str]) -> list[tuple[int, 
               and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
               and node.args[1].value.startswith("_") and not node.args[1].value.startswith("__")):
             found.append((node.lineno, f"{node.func.id}({ast.unparse(node.args[0])}, {node.args[1].value!r})"))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in LIBRARIES:
+            found += [(node.lineno, f"from {node.module} import {a.name}") for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
     for cls in library_classes:
         overridden = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
         for node in ast.walk(cls):
@@ -115,6 +120,7 @@ def test_the_scan_catches_a_private_access_elsewhere(tmp_path):
         "def log(trainer):\n"
         "    trainer._metrics['train']['x'].append(1.0)\n"
         "    return getattr(trainer.optimizer, '_is_overflow')\n"
+        "from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE\n"
         "class Sub(GRPOTrainer):\n"
         "    def step(self):\n"
         "        self._step += 1\n"
@@ -125,6 +131,7 @@ def test_the_scan_catches_a_private_access_elsewhere(tmp_path):
     assert "trainer._metrics" in found
     assert "getattr(trainer.optimizer, '_is_overflow')" in found
     assert "self._step (a Sub base-class private)" in found
+    assert "from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE" in found
     assert not any("_prepare_inputs" in v for v in found), "a super() override is the subclass's contract"
 
 

@@ -295,6 +295,18 @@ def zero_release_grad_buffers(optimizer: Any) -> None:
         optimizer._release_preflattened_grad_buffers()
 
 
+def fused_head_tile() -> tuple[int, int]:
+    """TRL's fused LM-head tile for the memory estimate: (tokens, vocabulary rows), read from TRL 1.16
+    (trl/kernels/chunked_logprob.py ``TOKEN_CHUNK_SIZE``, trl/trainer/utils.py ``_CHUNKED_LOGPROB_CHUNK_SIZE``).
+    Imported lazily: the preflight that calls it loads no trainer."""
+    try:
+        from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
+        from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
+    except ImportError:  # another TRL: its 1.16 values
+        return 4096, 32768
+    return TOKEN_CHUNK_SIZE, _CHUNKED_LOGPROB_CHUNK_SIZE
+
+
 # --------------------------------------------------------------------------------------------------------------
 # transformers
 # --------------------------------------------------------------------------------------------------------------

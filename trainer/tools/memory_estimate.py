@@ -28,14 +28,10 @@ RUNTIME_OVERHEAD = 3 * GB
 
 
 def fused_head_tile() -> tuple[int, int]:
-    """TRL's fused LM head tile: (tokens, vocabulary rows), read from TRL 1.16 (trl/kernels/chunked_logprob.py
-    ``TOKEN_CHUNK_SIZE``, trl/trainer/utils.py ``_CHUNKED_LOGPROB_CHUNK_SIZE``)."""
-    try:
-        from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
-        from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
-    except ImportError:  # another TRL: its 1.16 values
-        return 4096, 32768
-    return TOKEN_CHUNK_SIZE, _CHUNKED_LOGPROB_CHUNK_SIZE
+    """TRL's fused LM head tile: (tokens, vocabulary rows), as TRL 1.16 sizes it (read in trainer/trl_contact.py)."""
+    from trainer import trl_contact
+
+    return trl_contact.fused_head_tile()
 
 
 @dataclass(frozen=True)
