@@ -61,7 +61,9 @@ def _bad_shape(batch, args):
 
 def test_pipeline_ands_keep_masks_and_zeroes_dropped_advantages():
     batch = make_batch()
-    out = stages.run_pipeline(batch, args_for(rollout_filter="test_drop_group1", rollout_dropout="test_drop_first_and_recenter"))
+    out = stages.run_pipeline(
+        batch, args_for(rollout_filter="test_drop_group1", rollout_dropout="test_drop_first_and_recenter")
+    )
     expected_keep = torch.tensor([0, 1, 1, 1, 0, 0, 0, 0], dtype=torch.bool)
     assert torch.equal(out.keep, expected_keep)
     # dropout's transformed advantages replaced the estimator's; dropped rows are exactly 0

@@ -24,7 +24,8 @@ class EnvTaskFields:
     )
     max_turns: int = field(default=5, metadata={"help": "Turns per episode (one generation call each)."})
     max_actions_per_turn: int = field(
-        default=2, metadata={"help": "Actions read from one answer (`Up || Left`); extra ones are ignored, as RAGEN does."}
+        default=2,
+        metadata={"help": "Actions read from one answer (`Up || Left`); extra ones are ignored, as RAGEN does."},
     )
     max_actions_per_episode: int = field(
         default=10, metadata={"help": "Primitive moves per episode; the episode ends when they are spent."}
@@ -35,7 +36,8 @@ class EnvTaskFields:
     )
     require_think: bool = field(
         default=True,
-        metadata={"help": "Answers must be <think>...</think><answer>...</answer>; False also accepts a bare <answer>."},
+        metadata={"help": "Answers must be <think>...</think><answer>...</answer>; False also accepts a bare "
+                  "<answer>."},
     )
     turn_max_tokens: int = field(
         default=400,
@@ -43,7 +45,8 @@ class EnvTaskFields:
                   "environment tokens -- must also fit max_completion_length; an episode that would not is ended."},
     )
     turn_max_tokens_hint: int = field(
-        default=120, metadata={"help": "The response length the prompt asks for (RAGEN's max_tokens; prompt text only)."}
+        default=120,
+        metadata={"help": "The response length the prompt asks for (RAGEN's max_tokens; prompt text only)."},
     )
     env_prompt: str = field(
         default="ragen",
@@ -52,7 +55,8 @@ class EnvTaskFields:
                   "rules: symbol legend, row/column directions, rewards, deadlock hint)."},
     )
     env_eval_levels: int = field(
-        default=512, metadata={"help": "Held-out validation levels (seeds from 123), played when eval_strategy is set."}
+        default=512,
+        metadata={"help": "Held-out validation levels (seeds from 123), played when eval_strategy is set."},
     )
     env_eval_temperature: float = field(
         default=0.5, metadata={"help": "Sampling temperature of validation episodes (RAGEN: 0.5)."}
@@ -70,10 +74,14 @@ class EnvTaskFields:
         for name in ("max_turns", "max_actions_per_turn", "max_actions_per_episode", "turn_max_tokens",
                      "turn_max_tokens_hint", "env_eval_levels"):
             if getattr(self, name) < 1:
-                raise ConfigError(name, f"must be >= 1 (got {getattr(self, name)})", "use RAGEN's defaults (5, 2, 10, 400, 120, 512)")
+                raise ConfigError(
+                    name, f"must be >= 1 (got {getattr(self, name)})", "use RAGEN's defaults (5, 2, 10, 400, 120, 512)"
+                )
         if self.env_prompt not in ("ragen", "detailed"):
             raise ConfigError("env_prompt", f"{self.env_prompt!r} is not an option", "use 'ragen' or 'detailed'")
         if self.format_penalty > 0:
             raise ConfigError("format_penalty", f"must be <= 0 (got {self.format_penalty})", "RAGEN uses -0.1")
         if self.env_eval_temperature <= 0:
-            raise ConfigError("env_eval_temperature", f"must be > 0 (got {self.env_eval_temperature})", "RAGEN uses 0.5")
+            raise ConfigError(
+                "env_eval_temperature", f"must be > 0 (got {self.env_eval_temperature})", "RAGEN uses 0.5"
+            )

@@ -55,8 +55,8 @@ class TaskArguments(EnvTaskFields):
 
     dataset_name: str = field(
         default="arithmetic",
-        metadata={"help": "Registered task dataset (trainer.data): arithmetic, dapo_math_17k, deepmath_103k, metamathqa, "
-                  "countdown, champ, json, or an environment played turn by turn: sokoban, frozenlake."},
+        metadata={"help": "Registered task dataset (trainer.data): arithmetic, dapo_math_17k, deepmath_103k, "
+                  "metamathqa, countdown, champ, json, or an environment played turn by turn: sokoban, frozenlake."},
     )
     dataset_kwargs: dict | str | None = field(
         default=None,
@@ -68,7 +68,8 @@ class TaskArguments(EnvTaskFields):
         metadata={"help": "Registered reward functions (rewards/), combined with GRPOConfig.reward_weights."},
     )
     reward_timeout: float = field(
-        default=2.0, metadata={"help": "Hard wall-clock limit in seconds of one math-verify call (answers over it score 0)."}
+        default=2.0,
+        metadata={"help": "Hard wall-clock limit in seconds of one math-verify call (answers over it score 0)."},
     )
     overlong_buffer_len: int = field(
         default=4096,
@@ -77,12 +78,13 @@ class TaskArguments(EnvTaskFields):
     )
     overlong_penalty_factor: float = field(
         default=1.0,
-        metadata={"help": "DAPO overlong shaping: the penalty at max_completion_length (verl's penalty_factor). With a "
-                  "0/1 task reward, 0.5 is equivalent to DAPO's 1.0 on its +1/-1 reward."},
+        metadata={"help": "DAPO overlong shaping: the penalty at max_completion_length (verl's penalty_factor). "
+                  "With a 0/1 task reward, 0.5 is equivalent to DAPO's 1.0 on its +1/-1 reward."},
     )
     enable_thinking: bool | None = field(
         default=None,
-        metadata={"help": "Qwen3 thinking mode (chat template kwarg enable_thinking); None leaves the template default."},
+        metadata={"help": "Qwen3 thinking mode (chat template kwarg enable_thinking); None leaves the template "
+                  "default."},
     )
     max_prompt_tokens: int | None = field(
         default=None, metadata={"help": "Drop dataset prompts longer than this many tokens after the chat template."}
@@ -90,7 +92,8 @@ class TaskArguments(EnvTaskFields):
     launch_processes: int | None = field(
         default=None,
         metadata={"help": "Number of training processes the batch sizes of this recipe assume (the accelerate config "
-                  "it is meant for). A launch with another count fails fast instead of running a different experiment."},
+                  "it is meant for). A launch with another count fails fast instead of running a different "
+                  "experiment."},
     )
     plot: bool = field(default=True, metadata={"help": "Write metrics.png (reward and entropy per step) at the end."})
     overwrite_output_dir: bool = field(
@@ -109,9 +112,15 @@ class TaskArguments(EnvTaskFields):
             try:
                 self.dataset_kwargs = json.loads(self.dataset_kwargs)
             except json.JSONDecodeError as e:
-                raise RecipeError("dataset_kwargs", f"not valid JSON ({e})", 'pass e.g. \'{"num_samples": 100}\'') from None
+                raise RecipeError(
+                    "dataset_kwargs", f"not valid JSON ({e})", 'pass e.g. \'{"num_samples": 100}\''
+                ) from None
         if self.dataset_kwargs is not None and not isinstance(self.dataset_kwargs, dict):
-            raise RecipeError("dataset_kwargs", f"must be a mapping (got {self.dataset_kwargs!r})", 'pass e.g. \'{"num_samples": 100}\'')
+            raise RecipeError(
+                "dataset_kwargs",
+                f"must be a mapping (got {self.dataset_kwargs!r})",
+                'pass e.g. \'{"num_samples": 100}\'',
+            )
         if not self.reward_funcs:
             raise RecipeError("reward_funcs", "no reward function given", "name at least one, e.g. [math_accuracy]")
         if self.reward_timeout <= 0:
@@ -180,8 +189,8 @@ def recipe_parser() -> RecipeParser:
             action.help = ("Continue a run: a checkpoint folder, or `true` for the latest checkpoint-N in output_dir "
                            "(its metrics.jsonl is kept and continued).")
         elif action.dest == "model_name_or_path":
-            action.help = (f"The policy: a hub id, a local model folder or an offline alias ({', '.join(OFFLINE_MODELS)}; "
-                           "built locally by trainer/tools/assets.py).")
+            action.help = ("The policy: a hub id, a local model folder or an offline alias "
+                           f"({', '.join(OFFLINE_MODELS)}; built locally by trainer/tools/assets.py).")
     return parser
 
 
@@ -201,7 +210,9 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
     check_recipe_types(config, CLASSES)
     env = config.pop("env", None) or {}
     if not isinstance(env, dict):
-        raise RecipeError("env", f"must be a mapping of environment variables (got {env!r})", "write env: {NAME: value}")
+        raise RecipeError(
+            "env", f"must be a mapping of environment variables (got {env!r})", "write env: {NAME: value}"
+        )
     for key, value in env.items():  # TrlParser's `env` key
         os.environ[str(key)] = str(value)
     # Under a launcher (WORLD_SIZE set), before TrainingArguments exists: its __post_init__ already sets up the
@@ -215,7 +226,9 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
         with warnings.catch_warnings():
             # TRL's GRPOConfig itself sets the deprecated alias; the warning is for code authors, not recipe users
             warnings.filterwarnings("ignore", message="`gradient_checkpointing", category=FutureWarning)
-            task, args, model_args, remaining = parser.parse_args_into_dataclasses(args=rest, return_remaining_strings=True)
+            task, args, model_args, remaining = parser.parse_args_into_dataclasses(
+                args=rest, return_remaining_strings=True
+            )
     except ConfigError:
         raise
     except ValueError as e:  # transformers' / TRL's own validation of their fields: a message, no field name
@@ -258,7 +271,8 @@ def check_launch(task: TaskArguments, num_processes: int) -> None:
     if task.launch_processes is not None and task.launch_processes != num_processes:
         raise RecipeError(
             "launch_processes",
-            f"the recipe's batch sizes assume {task.launch_processes} training processes, but this launch has {num_processes}",
+            f"the recipe's batch sizes assume {task.launch_processes} training processes, "
+            f"but this launch has {num_processes}",
             "launch with the accelerate config the recipe names, or adjust per_device_train_batch_size / "
             "gradient_accumulation_steps / steps_per_generation and launch_processes together",
         )
@@ -308,11 +322,15 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
     try:
         dataset = load_task_dataset(task.dataset_name, **(task.dataset_kwargs or {}))
     except (FileNotFoundError, DatasetUnavailableError, TypeError) as e:
-        raise RecipeError("dataset_kwargs", " ".join(str(e).split()),
-                          "fix the dataset's path / keyword arguments (the message lists what the loader accepts)") from None
+        raise RecipeError(
+            "dataset_kwargs", " ".join(str(e).split()),
+            "fix the dataset's path / keyword arguments (the message lists what the loader accepts)",
+        ) from None
     except StopIteration:  # `datasets`' JSON reader on an empty file
-        raise RecipeError("dataset_kwargs", f"dataset {task.dataset_name!r} read an empty file ({task.dataset_kwargs})",
-                          "point path at a file with rows") from None
+        raise RecipeError(
+            "dataset_kwargs", f"dataset {task.dataset_name!r} read an empty file ({task.dataset_kwargs})",
+            "point path at a file with rows",
+        ) from None
     checks.check_dataset(dataset, task)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if task.max_prompt_tokens is not None and not task.is_env_task:  # env prompts are placeholders (envs/levels.py)
@@ -341,7 +359,9 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
     if task.is_env_task:
         env_kwargs = dict(rollout_func=build_env_rollout(task, args, inputs.tokenizer))
         if args.eval_strategy != "no":
-            env_kwargs["eval_dataset"] = load_task_dataset(task.dataset_name, split="validation", num_levels=task.env_eval_levels)
+            env_kwargs["eval_dataset"] = load_task_dataset(
+                task.dataset_name, split="validation", num_levels=task.env_eval_levels
+            )
     init_kwargs = dict(args.model_init_kwargs or {})
     if model_args.dtype is not None:
         init_kwargs.setdefault("dtype", model_args.dtype)
@@ -395,15 +415,19 @@ def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
         require_think=task.require_think, max_tokens_hint=task.turn_max_tokens_hint, prompt_style=task.env_prompt,
     )
     chat = ChatTokens(tokenizer, training_chat_template(tokenizer), args.chat_template_kwargs)
-    return MultiTurnRollout(task.dataset_name, task.env_kwargs, settings, task.turn_max_tokens, task.env_eval_temperature,
-                            chat, prefill=THINK_PREFILL if args.think_prefill else "")
+    return MultiTurnRollout(
+        task.dataset_name, task.env_kwargs, settings, task.turn_max_tokens, task.env_eval_temperature,
+        chat, prefill=THINK_PREFILL if args.think_prefill else "",
+    )
 
 
 def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_kwargs: dict) -> Any:
     """Drop rows whose chat-templated prompt exceeds ``max_tokens`` (the papers' overlong-prompt filter)."""
 
     def short_enough(row: dict) -> bool:
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, **template_kwargs)
+        ids = tokenizer.apply_chat_template(
+            row["prompt"], add_generation_prompt=True, tokenize=True, **template_kwargs
+        )
         ids = ids["input_ids"] if isinstance(ids, Mapping) else ids  # a BatchEncoding is a Mapping, not a dict
         return len(ids) <= max_tokens
 
@@ -442,7 +466,10 @@ def save_resolved_recipe(recipe: dict[str, Any], path: str | Path) -> None:
     import yaml
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    header = "# Every field of this run (defaults included). Re-run: python launch/train.py --config THIS_FILE --output_dir NEW\n"
+    header = (
+        "# Every field of this run (defaults included). "
+        "Re-run: python launch/train.py --config THIS_FILE --output_dir NEW\n"
+    )
     Path(path).write_text(header + yaml.safe_dump(recipe, sort_keys=True))
 
 

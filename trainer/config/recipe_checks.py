@@ -63,19 +63,25 @@ def check_output_dir(output_dir: str, resume: Any, overwrite: bool) -> None:
     if not existing.is_dir():
         raise RecipeError("output_dir", f"{existing} is a file, not a folder", "choose another --output_dir")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise RecipeError("output_dir", f"{existing} is not writable", "choose a folder you can write to with --output_dir")
+        raise RecipeError(
+            "output_dir", f"{existing} is not writable", "choose a folder you can write to with --output_dir"
+        )
     if resume_requested(resume) and overwrite:
         raise RecipeError("overwrite_output_dir", "set together with resume_from_checkpoint",
                           "resume the run (drop --overwrite_output_dir) or start over (drop --resume_from_checkpoint)")
     entries = run_entries(folder)
     if entries and not resume_requested(resume) and not overwrite:
         shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-        raise RecipeError("output_dir", f"{folder} already holds a run ({shown})",
-                          "continue it with --resume_from_checkpoint true, start over with --overwrite_output_dir true "
-                          "(deletes that folder's contents), or pick another --output_dir")
+        raise RecipeError(
+            "output_dir", f"{folder} already holds a run ({shown})",
+            "continue it with --resume_from_checkpoint true, start over with --overwrite_output_dir true "
+            "(deletes that folder's contents), or pick another --output_dir",
+        )
     if overwrite and folder.resolve() in (Path.cwd().resolve(), *Path.cwd().resolve().parents, Path.home().resolve()):
-        raise RecipeError("overwrite_output_dir", f"would delete {folder.resolve()}, which holds the current directory "
-                          "or is your home", "point --output_dir at the run's own folder")
+        raise RecipeError(
+            "overwrite_output_dir", f"would delete {folder.resolve()}, which holds the current directory "
+            "or is your home", "point --output_dir at the run's own folder",
+        )
 
 
 def check_resume(output_dir: str, resume: Any) -> None:
@@ -86,8 +92,10 @@ def check_resume(output_dir: str, resume: Any) -> None:
 
     if str(resume).strip().lower() in ("true", "latest", "yes", "1"):
         if not Path(output_dir).is_dir() or get_last_checkpoint(output_dir) is None:
-            raise RecipeError("resume_from_checkpoint", f"no checkpoint-N folder in {output_dir} to resume from",
-                              "start the run without --resume_from_checkpoint, or point --output_dir at the run to continue")
+            raise RecipeError(
+                "resume_from_checkpoint", f"no checkpoint-N folder in {output_dir} to resume from",
+                "start the run without --resume_from_checkpoint, or point --output_dir at the run to continue",
+            )
     elif not (Path(resume) / "trainer_state.json").is_file():
         raise RecipeError("resume_from_checkpoint", f"{resume} is not a checkpoint folder (no trainer_state.json)",
                           "pass a checkpoint-N folder of a run, or true for the latest one in output_dir")
@@ -109,7 +117,9 @@ def check_model_path(field_name: str, name: str | None, aliases: Sequence[str], 
     """A model that cannot be found fails here: an unknown ``offline:`` alias, a local path with no model,
     or (offline) a hub id that is not in the local cache."""
     if not name:
-        raise RecipeError(field_name, "no model given", f"set {field_name}: a hub id, a local folder or one of {list(aliases)}")
+        raise RecipeError(
+            field_name, "no model given", f"set {field_name}: a hub id, a local folder or one of {list(aliases)}"
+        )
     if name.startswith("offline:"):
         if name not in aliases:
             raise RecipeError(field_name, f"unknown offline alias {name!r}", f"use one of {list(aliases)}")
@@ -124,8 +134,10 @@ def check_model_path(field_name: str, name: str | None, aliases: Sequence[str], 
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
-            raise RecipeError(field_name, f"{name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
-                              f"download it first (hf download {name}), give a local folder, or use one of {list(aliases)}")
+            raise RecipeError(
+                field_name, f"{name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
+                f"download it first (hf download {name}), give a local folder, or use one of {list(aliases)}",
+            )
 
 
 def check_field_combinations(task: Any, args: Any, model_args: Any) -> None:
@@ -155,16 +167,20 @@ def resolve_reward(name: str, options: dict[str, Any]) -> Callable:
                               "give a module.function path importable from here, or a registered name") from None
         if callable(fn):
             return fn
-    raise RecipeError("reward_funcs", f"no reward function named {name!r}",
-                      f"use a registered one ({', '.join(rewards.available())}) or a dotted path my_pkg.module.function")
+    raise RecipeError(
+        "reward_funcs", f"no reward function named {name!r}",
+        f"use a registered one ({', '.join(rewards.available())}) or a dotted path my_pkg.module.function",
+    )
 
 
 def check_dataset(dataset: Any, task: Any) -> None:
     """A dataset with no rows would train nothing and save the untouched model as the result."""
     if len(dataset) == 0:
-        raise RecipeError("dataset_kwargs", f"dataset {task.dataset_name!r} has 0 rows with {task.dataset_kwargs or {}} "
-                          "(empty file, num_samples: 0, or every prompt over max_prompt_tokens)",
-                          "point path at a file with rows, raise num_samples, or raise max_prompt_tokens")
+        raise RecipeError(
+            "dataset_kwargs", f"dataset {task.dataset_name!r} has 0 rows with {task.dataset_kwargs or {}} "
+            "(empty file, num_samples: 0, or every prompt over max_prompt_tokens)",
+            "point path at a file with rows, raise num_samples, or raise max_prompt_tokens",
+        )
 
 
 def probe_rewards(reward_funcs: Sequence[Callable], names: Sequence[str], dataset: Any) -> None:
@@ -180,6 +196,8 @@ def probe_rewards(reward_funcs: Sequence[Callable], names: Sequence[str], datase
                log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None, **columns)
         except Exception as e:  # noqa: BLE001 -- any failure here is the recipe's, reported as one line
             problem = " ".join(str(e).split())[:300]
-            raise RecipeError("reward_funcs", f"{name!r} cannot score rows of dataset with columns {sorted(row)}: "
-                              f"{type(e).__name__}: {problem}",
-                              "pick a reward made for this task's columns (or a dataset whose columns it reads)") from None
+            raise RecipeError(
+                "reward_funcs", f"{name!r} cannot score rows of dataset with columns {sorted(row)}: "
+                f"{type(e).__name__}: {problem}",
+                "pick a reward made for this task's columns (or a dataset whose columns it reads)",
+            ) from None

@@ -84,7 +84,9 @@ class RecipeParser(TrlParser):
 
 def own_fields(cls: type) -> list[str]:
     """Fields a dataclass declares itself (not inherited from a dataclass base)."""
-    inherited = {name for base in cls.__mro__[1:] if dataclasses.is_dataclass(base) for name in base.__dataclass_fields__}
+    inherited = {
+        name for base in cls.__mro__[1:] if dataclasses.is_dataclass(base) for name in base.__dataclass_fields__
+    }
     return [f.name for f in dataclasses.fields(cls) if f.name not in inherited]
 
 
@@ -108,16 +110,20 @@ def read_recipe_file(path: str) -> dict[str, Any]:
     import yaml
 
     if not Path(path).is_file():
-        raise RecipeError("--config", f"no recipe file {path!r}",
-                          "check the path (the shipped recipes are under configs/, e.g. configs/demo/smollm2-arithmetic.yaml)")
+        raise RecipeError(
+            "--config", f"no recipe file {path!r}",
+            "check the path (the shipped recipes are under configs/, e.g. configs/demo/smollm2-arithmetic.yaml)",
+        )
     try:
         config = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
         problem = " ".join(str(getattr(e, "problem", None) or e).split())
-        raise RecipeError("--config", f"{where}: not valid YAML ({problem})",
-                          "fix the YAML at that line and column (one `key: value` per line, consistent indentation)") from None
+        raise RecipeError(
+            "--config", f"{where}: not valid YAML ({problem})",
+            "fix the YAML at that line and column (one `key: value` per line, consistent indentation)",
+        ) from None
     if config is None:
         return {}
     if not isinstance(config, dict):
@@ -149,8 +155,10 @@ def import_modules(modules: Sequence[str]) -> None:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as e:
-            raise RecipeError("import_modules", f"cannot import {name!r} ({e})",
-                              "run from the folder that holds the module, or install its package (pip install -e .)") from None
+            raise RecipeError(
+                "import_modules", f"cannot import {name!r} ({e})",
+                "run from the folder that holds the module, or install its package (pip install -e .)",
+            ) from None
 
 
 def check_keys(parser: RecipeParser, config: dict[str, Any], remaining: Sequence[str]) -> None:
@@ -163,4 +171,6 @@ def check_keys(parser: RecipeParser, config: dict[str, Any], remaining: Sequence
             key = arg[2:].split("=", 1)[0]
             raise RecipeError(arg.split("=", 1)[0], "is not a recipe field", parser.nearest(key))
     if remaining:
-        raise RecipeError("command line", f"unexpected value {remaining[0]!r}", "write every value after its --field flag")
+        raise RecipeError(
+            "command line", f"unexpected value {remaining[0]!r}", "write every value after its --field flag"
+        )

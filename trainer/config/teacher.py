@@ -50,14 +50,21 @@ class TeacherFields:
 
     # --- UECR-GRPO (advantage: puu | uecr) ---------------------------------------------------------------
     uecr_alpha: float = field(
-        default=1.0, metadata={"help": "alpha: weight of the teacher score in the unified utility R_U = R_task + alpha R_T."}
+        default=1.0,
+        metadata={"help": "alpha: weight of the teacher score in the unified utility R_U = R_task + alpha R_T."},
     )
     uecr_rho: float = field(
         default=0.5, metadata={"help": "rho in [0, 1): ECR redistribution strength, w = 1 + rho q (0 = PUU exactly)."}
     )
-    uecr_tau_delta: float = field(default=1.0, metadata={"help": "tau_delta: scale of the token gap in d = s tanh(delta/tau_delta)."})
-    uecr_tau_h: float = field(default=2.0, metadata={"help": "tau_H: teacher-entropy scale of the confidence c = exp(-H/tau_H)."})
-    uecr_eps: float = field(default=1e-6, metadata={"help": "epsilon added to the population std of the group utility."})
+    uecr_tau_delta: float = field(
+        default=1.0, metadata={"help": "tau_delta: scale of the token gap in d = s tanh(delta/tau_delta)."}
+    )
+    uecr_tau_h: float = field(
+        default=2.0, metadata={"help": "tau_H: teacher-entropy scale of the confidence c = exp(-H/tau_H)."}
+    )
+    uecr_eps: float = field(
+        default=1e-6, metadata={"help": "epsilon added to the population std of the group utility."}
+    )
     uecr_normalization: str = field(
         default="joint",
         metadata={
@@ -82,20 +89,23 @@ class TeacherFields:
         },
     )
     uecr_direction: str = field(
-        default="tanh", metadata={"help": "Direction squashing: 'tanh' (s tanh(delta/tau)) or 'clip' (s clip(delta/tau, -1, 1))."}
+        default="tanh",
+        metadata={"help": "Direction squashing: 'tanh' (s tanh(delta/tau)) or 'clip' (s clip(delta/tau, -1, 1))."},
     )
     uecr_confidence: str = field(
         default="exp", metadata={"help": "Confidence: 'exp' (exp(-H/tau_H)) or 'inverse' (1/(1 + H/tau_H))."}
     )
     uecr_projection_norm: str = field(
         default="one_plus_mean",
-        metadata={"help": "Projection normaliser: 'one_plus_mean' (1 + |mu^c|) or 'max' (max(1, max_t |c (d - mu^c)|))."},
+        metadata={"help": "Projection normaliser: 'one_plus_mean' (1 + |mu^c|) or 'max' "
+                  "(max(1, max_t |c (d - mu^c)|))."},
     )
 
     # --- teacher-assisted baselines ---------------------------------------------------------------------
     opd_coef: float = field(
         default=1.0,
-        metadata={"help": "PG-OPD (advantage pg_opd) and the naive hybrid's OPD term: token advantage = coef x delta."},
+        metadata={"help": "PG-OPD (advantage pg_opd) and the naive hybrid's OPD term: token advantage = "
+                  "coef x delta."},
     )
     distilled_rl_kappa: float = field(
         default=2.0, metadata={"help": "Distilled RL (reconstructed): teacher/old ratio clipped to [1/kappa, kappa]."}
@@ -106,7 +116,8 @@ class TeacherFields:
         default=0, metadata={"help": "ATOD: cosine-anneal length K in optimizer steps; 0 = the run's total steps."}
     )
     atod_kappa_omega: float = field(
-        default=1.0, metadata={"help": "ATOD: response weight omega = 1 + kappa_omega sigmoid(z) (z: disagreement + surprisal)."}
+        default=1.0,
+        metadata={"help": "ATOD: response weight omega = 1 + kappa_omega sigmoid(z) (z: disagreement + surprisal)."},
     )
 
 
@@ -128,11 +139,15 @@ def validate_teacher_fields(cfg, needs_teacher: bool) -> None:
             "set teacher_model_name_or_path (a path or hub id with the student's tokenizer)",
         )
     if not 0 <= cfg.uecr_rho < 1:
-        raise ConfigError("uecr_rho", f"must be in [0, 1) so that every weight stays > 0 (got {cfg.uecr_rho})", "use e.g. 0.5")
+        raise ConfigError(
+            "uecr_rho", f"must be in [0, 1) so that every weight stays > 0 (got {cfg.uecr_rho})", "use e.g. 0.5"
+        )
     for name in ("uecr_tau_delta", "uecr_tau_h", "uecr_eps", "teacher_micro_batch_size", "teacher_chunk_tokens"):
         if not getattr(cfg, name) > 0:
             raise ConfigError(name, f"must be > 0 (got {getattr(cfg, name)})", "use a positive value")
     if cfg.uecr_alpha < 0 or cfg.opd_coef < 0 or cfg.atod_kappa_omega < 0 or cfg.atod_anneal_steps < 0:
-        raise ConfigError("uecr_alpha", "uecr_alpha, opd_coef, atod_kappa_omega and atod_anneal_steps must be >= 0", "fix the sign")
+        raise ConfigError(
+            "uecr_alpha", "uecr_alpha, opd_coef, atod_kappa_omega and atod_anneal_steps must be >= 0", "fix the sign"
+        )
     if not cfg.distilled_rl_kappa >= 1:
         raise ConfigError("distilled_rl_kappa", f"must be >= 1 (got {cfg.distilled_rl_kappa})", "use e.g. 2.0")

@@ -84,7 +84,9 @@ class EmptyStepGuard:
             arm_skip(trainer)
         # TRL's micro-step counter is incremented after this micro-step; it generates again at a multiple
         # of steps_per_generation x num_iterations
-        self.window_ends_generation = (trl_contact.micro_step(trainer) + 1) % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
+        self.window_ends_generation = (
+            (trl_contact.micro_step(trainer) + 1) % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
+        )
         metrics = trl_contact.metrics(trainer)
         metrics["stages/empty_step"].append(float(empty))
         metrics["stages/skipped_steps_total"].append(float(self.skipped_steps))
@@ -101,7 +103,11 @@ class EmptyStepGuard:
 
     def should_stop(self) -> bool:
         """Whether ``stop_after`` consecutive generation batches were empty and the last one is done."""
-        return self.stop_after > 0 and self.consecutive_empty_generations >= self.stop_after and self.window_ends_generation
+        return (
+            self.stop_after > 0
+            and self.consecutive_empty_generations >= self.stop_after
+            and self.window_ends_generation
+        )
 
 
 class EmptyStepStopCallback(TrainerCallback):
@@ -115,12 +121,12 @@ class EmptyStepStopCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.guard.should_stop() and not control.should_training_stop:
             message = (
-                f"winnow-rl: stopping at step {state.global_step}: the last {self.guard.consecutive_empty_generations} "
-                f"generation batches had no rollout left to train on (rollout_filter={self.filter_name!r}, "
-                f"rollout_dropout={self.dropout_name!r}); their optimizer steps were skipped. Typical cause: every prompt "
-                "group has (near) zero reward variance -- the task is solved or hopeless for this policy. Raise the task's "
-                "difficulty range, set snr_include_zero=True or a softer snr_strategy, or empty_batch_stop_steps=0 "
-                "(formerly snr_empty_stop_steps) to keep going."
+                f"winnow-rl: stopping at step {state.global_step}: the last "
+                f"{self.guard.consecutive_empty_generations} generation batches had no rollout left to train on "
+                f"(rollout_filter={self.filter_name!r}, rollout_dropout={self.dropout_name!r}); their optimizer steps "
+                "were skipped. Typical cause: every prompt group has (near) zero reward variance -- the task is "
+                "solved or hopeless for this policy. Raise the task's difficulty range, set snr_include_zero=True or "
+                "a softer snr_strategy, or empty_batch_stop_steps=0 (formerly snr_empty_stop_steps) to keep going."
             )
             logger.warning(message)
             state.log_history.append({"step": state.global_step, "winnow_stop_reason": message})

@@ -105,7 +105,8 @@ class RewardGuard:
             here = "\n".join(messages) if messages else "(this rank's reward functions succeeded)"
             raise RewardFunctionError(
                 f"{failed_anywhere} reward function failure(s) across {accelerator.num_processes} process(es); "
-                f"stopping instead of training on NaN or garbage rewards. On process {accelerator.process_index}:\n{here}"
+                "stopping instead of training on NaN or garbage rewards. "
+                f"On process {accelerator.process_index}:\n{here}"
             )
 
 

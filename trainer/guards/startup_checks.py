@@ -44,7 +44,11 @@ def vllm_needed(args: Any) -> bool:
 def check_vllm_importable(args: Any) -> None:
     """vLLM importable where TRL will import it (TRL raises only after the models load)."""
     if vllm_needed(args) and importlib.util.find_spec("vllm") is None:
-        what = "vllm_mode: colocate" if args.vllm_mode == "colocate" else f"weight_sync: {args.weight_sync} (nccl on CUDA)"
+        what = (
+            "vllm_mode: colocate"
+            if args.vllm_mode == "colocate"
+            else f"weight_sync: {args.weight_sync} (nccl on CUDA)"
+        )
         raise ConfigError(
             "weight_sync", f"{what} needs vLLM importable in the trainer's environment (TRL imports its NCCL weight "
             "transfer), and this Python has no vllm package",

@@ -1,10 +1,10 @@
 """``loss_variant: clip_cov | kl_cov`` -- Cui et al. 2025's covariance-based losses as TRL micro-batch losses.
 
 Each replaces TRL's ``_compute_loss`` for one micro-batch: the policy forward and everything after the per-token
-surrogate are TRL's conventions (trainer/methods/surrogate.py); the token covariance and the token choice are computed on this
-micro-step's rows pooled over *every* process (one gather, no grad), so all ranks choose the same global token
-set; each rank then trains its own rows. Aggregation is TRL's normaliser for ``loss_type`` (dapo = token mean
-over the generation batch, grpo = per-sequence mean, bnpo, dr_grpo), TRL's reference KL (``beta``), vLLM
+surrogate are TRL's conventions (trainer/methods/surrogate.py); the token covariance and the token choice are
+computed on this micro-step's rows pooled over *every* process (one gather, no grad), so all ranks choose the same
+global token set; each rank then trains its own rows. Aggregation is TRL's normaliser for ``loss_type`` (dapo =
+token mean over the generation batch, grpo = per-sequence mean, bnpo, dr_grpo), TRL's reference KL (``beta``), vLLM
 importance-sampling correction and static entropy bonus are kept, and batch compaction's row scale is honoured.
 The formulas live in trainer/algorithms/losses.py.
 
@@ -119,7 +119,9 @@ def validate_cov_fields(args: Any) -> None:
             raise ConfigError(name, f"must be in (0, 1] (got {getattr(args, name)})", "use a fraction, e.g. 2e-4")
     if not args.clip_cov_lb < args.clip_cov_ub:
         raise ConfigError(
-            "clip_cov_ub", f"must exceed clip_cov_lb (got lb={args.clip_cov_lb}, ub={args.clip_cov_ub})", "e.g. 1 and 5"
+            "clip_cov_ub",
+            f"must exceed clip_cov_lb (got lb={args.clip_cov_lb}, ub={args.clip_cov_ub})",
+            "e.g. 1 and 5",
         )
     if args.kl_cov_coef < 0:
         raise ConfigError("kl_cov_coef", f"must be >= 0 (got {args.kl_cov_coef})", "use e.g. 1.0")

@@ -46,7 +46,8 @@ class DynamicSampler:
 
             raise ConfigError(
                 "dynamic_sampling_metric",
-                f"{args.dynamic_sampling_metric!r} is not one of this run's reward functions {trainer.reward_func_names}",
+                f"{args.dynamic_sampling_metric!r} is not one of this run's reward functions "
+                f"{trainer.reward_func_names}",
                 "use 'reward' (the total) or one of those names",
             )
         if isinstance(trainer.train_dataset, torch.utils.data.IterableDataset):

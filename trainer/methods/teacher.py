@@ -54,9 +54,9 @@ def check_vocabulary(
     if teacher_vocab != student_vocab:
         differing = sorted(set(student_vocab.items()) ^ set(teacher_vocab.items()), key=lambda kv: kv[1])[:1]
         raise TeacherVocabularyError(
-            f"teacher {teacher_path!r} tokenizer differs from the student's ({len(teacher_vocab)} vs {len(student_vocab)} "
-            f"tokens; first difference {differing}); teacher log-probs would score other tokens. Use a teacher of the "
-            "student's family"
+            f"teacher {teacher_path!r} tokenizer differs from the student's "
+            f"({len(teacher_vocab)} vs {len(student_vocab)} tokens; first difference {differing}); teacher log-probs "
+            "would score other tokens. Use a teacher of the student's family"
         )
 
 

@@ -14,9 +14,9 @@ are empty without communicating. ``filtered_updates`` chooses the rule:
   kept row of the global batch lands in step i mod U. A step is empty only when the whole generation batch
   kept fewer rows than it has steps. Loss weights are the masked formulation's, unchanged.
 - ``proportional`` (RAGEN; mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py, ``adjust_batch`` at line 62
-  and its call with the mini-batch split at lines 1190-1200): kept rows fill whole optimizer steps of the recipe's mini-batch M =
-  per_device_train_batch_size x A x processes, so the generation batch takes ceil(K/M) updates for K kept
-  rows. Each update is the loss TRL computes on a batch of exactly its rows: row-normalised losses get the
+  and its call with the mini-batch split at lines 1190-1200): kept rows fill whole optimizer steps of the recipe's
+  mini-batch M = per_device_train_batch_size x A x processes, so the generation batch takes ceil(K/M) updates for K
+  kept rows. Each update is the loss TRL computes on a batch of exactly its rows: row-normalised losses get the
   scale M_j-row mean (``winnow_loss_scale``), token-normalised ones the step's own token count
   (``num_items_in_batch``; one all-reduce of U numbers). The remaining steps are empty and skipped.
   Upstream pads the kept rows to a multiple of M by duplicating random rows (``batch_adjust_mode: copy``);

@@ -86,10 +86,11 @@ def trained_values(trainer: Any, kept: torch.Tensor, completion_ids: torch.Tenso
 def completion_values(
     trainer: Any, ids: torch.Tensor, cm: torch.Tensor, tool_mask: torch.Tensor | None
 ) -> dict[str, float]:
-    """``completions/*`` over rows of a right-padded batch (ids, completion mask, tool/env mask or None). TRL measures the token lists before padding; here a
-    row's list is its completion-mask span (TRL's mask is 1 exactly there), and a row whose mask
-    ``mask_truncated_completions`` zeroed is truncated, with its non-pad tokens as its length. Lengths count model
-    tokens only when a tool/env mask exists, as TRL does."""
+    """``completions/*`` over rows of a right-padded batch (ids, completion mask, tool/env mask or None).
+
+    TRL measures the token lists before padding; here a row's list is its completion-mask span (TRL's mask is 1
+    exactly there), and a row whose mask ``mask_truncated_completions`` zeroed is truncated, with its non-pad tokens
+    as its length. Lengths count model tokens only when a tool/env mask exists, as TRL does."""
     pad = trl_contact.pad_token_id(trainer)
     span = cm.sum(dim=1).long()
     eos_and_pad = torch.tensor([*trainer.eos_token_ids, pad], device=ids.device)
