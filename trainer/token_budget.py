@@ -16,6 +16,12 @@ no library offers it for TRL, hence this file). Three pieces:
 - :func:`chunked_logps`: the no-grad log-prob passes (old policy, reference) over the same kind of chunks,
   reassembled in row order.
 
+Several processes: the weights are TRL's per-rank normalisers (``dapo``'s global ``num_items_in_batch /
+num_processes`` passes through), so each rank's chunk sum is TRL's loss on that rank; gradients sync once per
+micro-step (DDP ``no_sync`` / DeepSpeed off-boundary backward for the earlier chunks), TRL's metric collectives
+run once per micro-step on merged local statistics, and under multi-process DeepSpeed (ZeRO-3: every forward and
+backward is a collective) ranks pad to the largest chunk count with zero-weight filler chunks.
+
 Prompts are left-padded and completions right-padded (TRL's layout); a chunk keeps the columns where any of its
 rows has a real token, found from the masks. Causal attention makes the dropped right padding irrelevant; the
 dropped left padding shifts every position of a row by the same amount, which rotary position embeddings do not
