@@ -226,13 +226,15 @@ def test_token_budget_chunks_train_like_unchunked(results, loss):
 
 @pytest.mark.parametrize("loss", ["grpo_kl_accum", "dapo"])
 def test_token_budget_chunks_under_zero3(results, loss):
-    """Under ZeRO-3 the chunked run equals the unchunked one (2-process DDP and 1 process), and although the ranks
-    hold different chunk counts, both ran the same number of policy forwards (filler chunks)."""
+    """Under ZeRO-3 the chunked run equals the unchunked one on 2 DDP processes (parameters, loss, grad norm, metrics)
+    and one process (decisions, parameters, loss; with accumulation TRL's logged metrics are means over micro-steps,
+    which hold other rows on 1 process), and although the ranks hold different chunk counts, both ran the same
+    number of policy forwards (filler chunks)."""
     ranks = _check_budget_like_unchunked(results, "world2-zero3", loss, unchunked_run="world2")
-    _check_budget_like_unchunked(results, "world2-zero3", loss, unchunked_run="reference")
+    _check_against_reference(results, "world2-zero3", f"budget_{loss}")
     for rank in ranks:
         assert rank["partitioned"] and all(rank["partitioned"])
     # the ranks hold the same rows as under DDP, where their chunk counts differ; under ZeRO-3 fillers even them out
     ddp = [len(_load(results / "world2" / f"budget_{loss}.rank{r}.pt")["policy_forwards"]) for r in (0, 1)]
     assert ddp[0] != ddp[1], "both ranks ran as many chunks: the filler chunks were not exercised"
-    assert len(ranks[0]["policy_forwards"]) == len(ranks[1]["policy_forwards"]) > max(ddp)
+    assert len(ranks[0]["policy_forwards"]) == len(ranks[1]["policy_forwards"]) >= max(ddp)
