@@ -21,7 +21,11 @@ SCRIPT = ROOT / "tests" / "distributed" / "scenarios.py"
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step",
                  "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked",
-                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling", "uecr", "env_rollout"]
+                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling", "uecr", "env_rollout",
+                 # token-budget chunks; bnpo is left out: its normaliser counts each rank's own tokens, so 2
+                 # processes differ from 1 by TRL's definition (chunked vs unchunked bnpo is checked below)
+                 "tail_grpo_kl_accum", "budget_grpo_kl_accum", "tail_dr_grpo", "budget_dr_grpo", "tail_dapo",
+                 "budget_dapo"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -189,3 +193,60 @@ def test_zero3_snr_collapse_and_skipped_step(results):
     out = _check_against_reference(results, "world2-zero3", "snr_collapse_empty_step")
     _check_snr_collapse_empty_step(out)
     assert [rank["ds_skipped_steps"] for rank in out["ranks"]] == [1, 1]
+
+
+BUDGET_LOSSES = ["grpo_kl_accum", "bnpo", "dr_grpo", "dapo"]  # TRL's weighting classes: rows, local tokens, global
+BUDGET_METRICS = ("loss", "grad_norm", "policy_loss", "kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean",
+                  "clip_ratio/region_mean", "clip_ratio/low_min", "clip_ratio/high_max")
+
+
+def _check_budget_like_unchunked(results: Path, run: str, loss: str, unchunked_run: str | None = None) -> list[dict]:
+    """``budget_<loss>`` (token-budget chunks) against ``tail_<loss>`` (TRL's unchunked micro-batches) on the same
+    long-tailed batches: the same parameters, and per step the same loss, gradient norm and TRL metrics (relative
+    1e-5). Returns the chunked run's per-rank records."""
+    ranks = 1 if run == "reference" else 2
+    budget = [_load(results / run / f"budget_{loss}.rank{r}.pt") for r in range(ranks)]
+    tail = _load(results / (unchunked_run or run) / f"tail_{loss}.rank0.pt")
+    p_tail = _load(results / (unchunked_run or run) / f"tail_{loss}.params.pt")
+    p_budget = _load(results / run / f"budget_{loss}.params.pt")
+    assert max(float((p_tail[k] - p_budget[k]).abs().max()) for k in p_tail) <= PARAM_TOL, (run, loss)
+    steps = lambda rec: [h for h in rec["log_history"] if "loss" in h and "train_runtime" not in h]  # noqa: E731
+    for rec in budget:
+        got, want = steps(rec), steps(tail)
+        assert len(got) == len(want) == 2
+        # really chunked and trimmed (values are means over the step's micro-steps)
+        assert sum(g["tokens/loss_chunks"] for g in got) > len(got)
+        assert sum(g["tokens/padded_loss"] for g in got) < sum(w["tokens/padded_loss"] for w in want)
+        for g, w in zip(got, want):
+            for key in BUDGET_METRICS:
+                if key in w:
+                    assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-7), (run, loss, key)
+    assert any(h.get("kl", 0) > 0 for h in steps(tail)) or "kl" not in steps(tail)[0]
+    assert steps(tail)[1]["clip_ratio/region_mean"] > 0  # the second step is off-policy: clipping is exercised
+    return budget
+
+
+@pytest.mark.parametrize("loss", BUDGET_LOSSES)
+def test_token_budget_chunks_train_like_unchunked(results, loss):
+    """Token-budget micro-batches on 2 processes (and 1) train exactly like TRL's unchunked micro-batches: the ranks
+    chunk different rows into different numbers of chunks, gradients are all-reduced once per sync micro-step."""
+    for run in ("reference", "world2"):
+        ranks = _check_budget_like_unchunked(results, run, loss)
+    forwards = [len(r["policy_forwards"]) for r in ranks]  # loss chunks and no-grad chunks, this rank's own
+    assert forwards[0] != forwards[1], "both ranks ran as many chunks: uneven chunk counts were not exercised"
+
+
+@pytest.mark.parametrize("loss", ["grpo_kl_accum", "dapo"])
+def test_token_budget_chunks_under_zero3(results, loss):
+    """Under ZeRO-3 the chunked run equals the unchunked one on 2 DDP processes (parameters, loss, grad norm, metrics)
+    and one process (decisions, parameters, loss; with accumulation TRL's logged metrics are means over micro-steps,
+    which hold other rows on 1 process), and although the ranks hold different chunk counts, both ran the same
+    number of policy forwards (filler chunks)."""
+    ranks = _check_budget_like_unchunked(results, "world2-zero3", loss, unchunked_run="world2")
+    _check_against_reference(results, "world2-zero3", f"budget_{loss}")
+    for rank in ranks:
+        assert rank["partitioned"] and all(rank["partitioned"])
+    # the ranks hold the same rows as under DDP, where their chunk counts differ; under ZeRO-3 fillers even them out
+    ddp = [len(_load(results / "world2" / f"budget_{loss}.rank{r}.pt")["policy_forwards"]) for r in (0, 1)]
+    assert ddp[0] != ddp[1], "both ranks ran as many chunks: the filler chunks were not exercised"
+    assert len(ranks[0]["policy_forwards"]) == len(ranks[1]["policy_forwards"]) >= max(ddp)

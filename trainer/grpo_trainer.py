@@ -316,7 +316,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 return forward(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                                compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
             return chunked_logps(forward, model, input_ids, attention_mask, logits_to_keep,
-                                 self.args.micro_batch_tokens, compute_entropy, metrics, name)
+                                 self.args.micro_batch_tokens, compute_entropy, metrics, name, self.accelerator)
 
     def _generate(self, prompts: list):
         """TRL's generation (rollout_func included), timed as ``timing_s/generation`` less the weight sync in it."""
@@ -602,10 +602,6 @@ def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
             "(or use_cpu is true)",
             "use weight_sync: disk (full weights through a shared folder) or lora (PEFT adapters), or 'auto'",
         )
-    if args.micro_batch_tokens is not None and (PartialState().num_processes > 1 or args.deepspeed):
-        raise ConfigError("micro_batch_tokens", "token-budget chunks run on one process without DeepSpeed for now "
-                          "(chunk counts are not yet equalised across ranks, and DeepSpeed steps on each backward)",
-                          "use micro_batch_tokens: null for multi-process or DeepSpeed runs")
     if args.old_logps_source != "sampler":
         return
     if not args.use_vllm and rollout_func is None:

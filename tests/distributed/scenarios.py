@@ -83,6 +83,43 @@ SNR_COLLAPSE = dict(rollout_filter="test_snr_recorded", snr_value=0.9, collapse_
 
 # UECR-GRPO with a frozen teacher of another size (a tiny Qwen3, seed 7): under ZeRO-3 the teacher is partitioned.
 UECR = dict(loss_type="dapo", rollout_filter="none", advantage="uecr", teacher_micro_batch_size=3, beta=0.01)
+# Token-budget micro-batches (trainer/pipeline/token_budget.py): each loss type trained unchunked ("tail_*") and in
+# token-budget chunks ("budget_*") on long-tailed completions; the chunks must not change the update or the metrics.
+TAIL_LENGTH = 24  # every fourth completion is stretched to this length (the rest keep 2-8 tokens)
+BUDGET_TOKENS = 40  # a long row (prompt + 24) runs alone, short rows share chunks: several chunks per micro-step
+# num_iterations=2: the second optimizer step reuses the batch off-policy (ratios != 1, some clipped). Plain SGD:
+# the parameters move by lr x gradient, so a wrongly scaled chunk shows (Adam's first step is sign(g) x lr, and the
+# entropy bonus's ~1e-9 gradients on every vocabulary row would turn fp32 noise into lr-sized steps there).
+TAIL = dict(long_tail=True, max_completion_length=TAIL_LENGTH, entropy_coef=0.01, num_iterations=2, optim="sgd",
+            learning_rate=0.1, epsilon=0.03)
+TAIL_LOSSES = {
+    "grpo_kl_accum": dict(loss_type="grpo", beta=0.04, gradient_accumulation_steps=2),
+    "bnpo": dict(loss_type="bnpo"),
+    "dr_grpo": dict(loss_type="dr_grpo", beta=0.04),
+    "dapo": dict(loss_type="dapo"),
+}
+BUDGET_SCENARIOS = {
+    f"{kind}_{name}": ({**TAIL, **loss, **({"micro_batch_tokens": BUDGET_TOKENS} if kind == "budget" else {})}, 2)
+    for name, loss in TAIL_LOSSES.items()
+    for kind in ("tail", "budget")
+}
+
+
+def long_tail_rollout_func(prompts: list, trainer) -> dict[str, list]:
+    """:func:`deterministic_rollout_func` with every fourth completion stretched to ``TAIL_LENGTH`` tokens
+    (extra tokens before the last one, so an EOS stays last): long-tailed lengths, still process-independent."""
+    out = deterministic_rollout_func(prompts, trainer)
+    for i, ids in enumerate(out["completion_ids"]):
+        if ids[0] % 4:
+            continue
+        extra = [100 + (7 * ids[0] + 13 * k) % 19000 for k in range(TAIL_LENGTH - len(ids))]
+        out["completion_ids"][i] = ids[:-1] + extra + ids[-1:]
+        out["logprobs"][i] = out["logprobs"][i][:-1] + [-1.0 - (k % 5) / 5 for k in range(len(extra))] + \
+            out["logprobs"][i][-1:]
+        out["env_mask"][i] = out["env_mask"][i][:-1] + [1] * len(extra) + out["env_mask"][i][-1:]
+    return out
+
+
 FIXED_IDS = torch.arange(1000, 1000 + 2 * 12).view(2, 12)  # a fixed batch every run scores with its teacher
 
 
@@ -121,12 +158,16 @@ SUITES = {
                                   reward_funcs=[reward_parity_constant_for_multiples_of(3)]), 2),
         # multi-turn environment episodes (env_mask -> tool_mask through filter and compaction)
         "env_rollout": (dict(loss_type="grpo", env_rollout=True, max_completion_length=300, learning_rate=1e-3), 2),
+        **BUDGET_SCENARIOS,
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {
         "filter_dapo": (dict(loss_type="dapo"), 2),
         "snr_collapse_empty_step": (SNR_COLLAPSE, 3),
         "uecr": (UECR, 2),
+        # ZeRO-3 with token-budget chunks: filler chunks keep the ranks' forwards and backwards in lockstep
+        "budget_grpo_kl_accum": BUDGET_SCENARIOS["budget_grpo_kl_accum"],
+        "budget_dapo": BUDGET_SCENARIOS["budget_dapo"],
     },
 }
 GLOBAL_BATCH = 16
@@ -160,6 +201,8 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         overrides["teacher_model_name_or_path"] = teacher_path()
     reward_funcs = overrides.pop("reward_funcs", [reward_token_parity, reward_length])
     train_dataset, rollout_func = prompt_dataset(64, unique=unique_prompts), deterministic_rollout_func
+    if overrides.pop("long_tail", False):
+        rollout_func = long_tail_rollout_func
     if overrides.pop("env_rollout", False):  # Sokoban episodes through the multi-turn rollout, deterministic policy
         train_dataset, rollout_func, reward_funcs = sokoban_rollout()
     cpu_args = dict(use_cpu=False, ddp_backend="gloo") if deepspeed else {}
@@ -190,6 +233,9 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         core = _core(trainer._teacher)
         core.base_model.register_forward_pre_hook(lambda mod, a, kw: teacher_calls.append(int(kw["input_ids"].shape[1])),
                                                   with_kwargs=True)
+    policy_forwards: list[int] = []  # completion width of every policy forward on this rank (loss and no-grad passes)
+    trainer.model.register_forward_pre_hook(
+        lambda mod, a, kw: policy_forwards.append(int(kw["input_ids"].shape[1])), with_kwargs=True)
     if args.top_entropy_quantile < 1.0:
         original = trainer.get_high_entropy_mask
 
@@ -210,6 +256,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         "entropy_mask_tokens": ENTROPY_MASKS,
         "local_completion_ids": trainer._buffered_inputs[0]["completion_ids"].clone(),  # this rank's own rows
         "log_history": trainer.state.log_history,
+        "policy_forwards": policy_forwards,
         "world": world,
     }
     if trainer._teacher is not None:

@@ -378,7 +378,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     micro_batch_tokens: int | None = field(
         default=None,
         metadata={
-            "help": "Token budget per forward (one process): each training micro-batch -- and the old-policy and "
+            "help": "Token budget per forward, per process (DDP and DeepSpeed ZeRO-3 too): each training micro-batch -- and the old-policy and "
             "reference log-prob passes -- runs as length-sorted chunks whose padded size, rows x (longest prompt + "
             "longest completion), stays within this many tokens (a single longer row runs alone); each chunk is "
             "trimmed to its own longest row and the chunk losses are weighted to equal TRL's micro-batch loss for "

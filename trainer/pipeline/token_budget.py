@@ -16,6 +16,12 @@ no library offers it for TRL, hence this file). Three pieces:
 - :func:`chunked_logps`: the no-grad log-prob passes (old policy, reference) over the same kind of chunks,
   reassembled in row order.
 
+Several processes: the weights are TRL's per-rank normalisers (``dapo``'s global ``num_items_in_batch /
+num_processes`` passes through), so each rank's chunk sum is TRL's loss on that rank; gradients sync once per
+micro-step (DDP ``no_sync`` / DeepSpeed off-boundary backward for the earlier chunks), TRL's metric collectives
+run once per micro-step on merged local statistics, and under multi-process DeepSpeed (ZeRO-3: every forward and
+backward is a collective) ranks pad to the largest chunk count with zero-weight filler chunks.
+
 Prompts are left-padded and completions right-padded (TRL's layout); a chunk keeps the columns where any of its
 rows has a real token, found from the masks. Causal attention makes the dropped right padding irrelevant; the
 dropped left padding shifts every position of a row by the same amount, which rotary position embeddings do not
@@ -24,10 +30,13 @@ see (relative attention) -- absolute-position models would.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from typing import Any, Callable
 
 import torch
+from accelerate.utils import DistributedType
 
 from trainer import trl_contact
 
@@ -133,24 +142,44 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
     """The micro-batch loss of ``loss_fn`` computed chunk by chunk (see module docstring). Every chunk but the last
     is backpropagated here (its graph freed at once); the returned tensor carries the last chunk's graph plus the
     others' detached values, so the caller's single ``backward`` completes the same gradient and reports the
-    unchunked loss value."""
+    unchunked loss value.
+
+    Across processes: TRL's metric collectives run once per micro-step on the merged local statistics (the chunk
+    calls see local ``gather`` / ``reduce``), so ranks with different chunk counts stay in lockstep; under DDP the
+    earlier chunks run under ``no_sync`` (only the last backward of a sync micro-step all-reduces), under
+    DeepSpeed they backpropagate through the engine off the accumulation boundary, and ZeRO-3 ranks pad to the
+    largest chunk count with zero-weight filler chunks (every forward and backward there is a collective)."""
     chunks, stats = _chunk_inputs(inputs, trainer.args.micro_batch_tokens)
+    acc = trainer.accelerator
+    fillers = _filler_count(acc, len(chunks), inputs["completion_ids"].device)
+    partial_context, partial_backward = _partial_backward(trainer, model, backward)
     metrics = trl_contact.metrics(trainer)
     marks = {k: len(v) for k, v in metrics.items()}
     coef = trainer.entropy_coef
     done, weights = 0.0, []
     last = None
+    calls = [(c, False) for _, c in chunks] + ([(_filler_chunk(inputs), True)] * fillers if fillers else [])
     try:
-        for i, (_, chunk) in enumerate(chunks):
-            w_pol, w_ent = chunk_weights(trainer, inputs, chunk)
-            trainer.entropy_coef = coef * w_ent / w_pol  # TRL scales the bonus by entropy_coef alone
-            loss = loss_fn(trainer, model, chunk) * w_pol
-            weights.append((w_pol, float(_loss_mask(chunk).sum()), chunk["completion_ids"].size(0)))
-            if i + 1 < len(chunks):
-                backward(loss)
-                done += float(loss.detach())
-            else:
-                last = loss
+        with local_collectives(acc):
+            for i, (chunk, is_filler) in enumerate(calls):
+                final = i + 1 == len(calls)
+                with contextlib.nullcontext() if final else partial_context():
+                    if is_filler:  # same collectives as a real chunk, zero contribution, metrics discarded
+                        seen = {k: len(v) for k, v in metrics.items()}
+                        trainer.entropy_coef = 0.0
+                        loss = loss_fn(trainer, model, chunk) * 0.0
+                        for key, n in seen.items():
+                            del metrics[key][n:]
+                    else:
+                        w_pol, w_ent = chunk_weights(trainer, inputs, chunk)
+                        trainer.entropy_coef = coef * w_ent / w_pol  # TRL scales the bonus by entropy_coef alone
+                        loss = loss_fn(trainer, model, chunk) * w_pol
+                        weights.append((w_pol, float(_loss_mask(chunk).sum()), chunk["completion_ids"].size(0)))
+                    if not final:
+                        partial_backward(loss)
+                        done += float(loss.detach())
+                if final:
+                    last = loss
     finally:
         trainer.entropy_coef = coef
     merge_metrics(trainer, metrics, marks, weights)
@@ -161,56 +190,134 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
     return last + done
 
 
+def _is_deepspeed(accelerator: Any) -> bool:
+    return accelerator.distributed_type == DistributedType.DEEPSPEED
+
+
+def _filler_count(accelerator: Any, n_chunks: int, device: torch.device) -> int:
+    """Filler forwards this rank adds so every rank runs the same number (DeepSpeed over several processes: ZeRO-3
+    gathers parameters in every forward and reduces gradients in every backward; one max all-reduce)."""
+    if accelerator.num_processes == 1 or not _is_deepspeed(accelerator):
+        return 0
+    most = int(accelerator.reduce(torch.tensor([n_chunks], device=device), reduction="max"))
+    return most - n_chunks
+
+
+def _filler_chunk(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The micro-batch's shortest row, trimmed: a cheap forward whose loss is multiplied by 0 (finite, so its
+    gradient is exactly 0); a rank with no rows at all does not occur (compaction pads with zero-weight rows)."""
+    p_ext, c_ext = row_extents(inputs["prompt_mask"], inputs["completion_mask"])
+    r = min(range(len(p_ext)), key=lambda i: p_ext[i] + c_ext[i])
+    return slice_rows(inputs, [r], max(p_ext[r], 1), max(c_ext[r], 1))
+
+
+def _partial_backward(trainer: Any, model: Any, backward: Callable[[torch.Tensor], None]):
+    """(context for a non-final chunk's forward + backward, its backward). DDP: ``no_sync``, so only the final
+    backward of a sync micro-step all-reduces (a no-op context on one process). DeepSpeed: the engine's own
+    backward off the accumulation boundary -- accelerate's would step the optimizer -- unscaled, as transformers
+    passes ``scale_wrt_gas=False`` (TRL's loss is already scaled for accumulation)."""
+    acc = trainer.accelerator
+    if _is_deepspeed(acc):
+        engine = acc.deepspeed_engine_wrapped.engine
+
+        def ds_backward(loss: torch.Tensor) -> None:
+            engine.set_gradient_accumulation_boundary(False)
+            engine.backward(loss, scale_wrt_gas=False)
+
+        return contextlib.nullcontext, ds_backward
+    return functools.partial(acc.no_sync, model), backward
+
+
+@contextlib.contextmanager
+def local_collectives(accelerator: Any):
+    """Within: ``accelerator.gather`` / ``reduce`` return this process's own values, so per-chunk metric
+    calls record local statistics (merged, then reduced once, in :func:`merge_metrics`)."""
+    accelerator.gather = lambda t: t[None] if t.dim() == 0 else t
+    accelerator.reduce = lambda t, reduction="sum", scale=1.0: t
+    try:
+        yield
+    finally:
+        del accelerator.gather, accelerator.reduce
+
+
 def merge_metrics(trainer: Any, metrics: dict[str, list], marks: dict[str, int], weights: list[tuple]) -> None:
-    """Replace the per-chunk values each metric received by the value the unchunked call would have logged
-    (one process: TRL's global means are this process's means). Token means weight by loss tokens (rows at
-    sequence-level importance sampling or for VESPO's per-sequence phi), ``policy_loss`` by the policy weight,
-    the clip-ratio extremes take the min / max, ``entropy_coef`` the configured coefficient."""
+    """Replace the per-chunk local values each metric received by the value the unchunked call would have logged.
+    Token means weight by loss tokens (rows at sequence-level importance sampling or for VESPO's per-sequence
+    phi) and are reduced as TRL does (global sum over global count); ``policy_loss`` is the policy-weighted sum,
+    averaged over processes (TRL: ``gather(...).nanmean()``); the clip-ratio extremes take the min / max over
+    chunks and processes; ``entropy_coef`` is the configured coefficient. Two collectives in all."""
     by_rows = trainer.args.importance_sampling_level == "sequence"
-    for key in list(metrics):
+    merged: dict[str, Any] = {}
+    for key in sorted(metrics):
         values = metrics[key][marks.get(key, 0):]
-        if len(values) != len(weights):
+        if key == "entropy_coef" or len(values) != len(weights):
             continue  # not appended once per chunk (e.g. entropy_coef only at optimizer-step boundaries)
         del metrics[key][marks.get(key, 0):]
-        metrics[key].append(_merge(key, values, weights, by_rows, trainer.entropy_coef))
+        merged[key] = _local_merge(key, values, weights, by_rows)
+    acc = trainer.accelerator
+    sums = [k for k, v in merged.items() if isinstance(v, tuple)]
+    extremes = [k for k in merged if k not in sums]
+    device = acc.device
+    if sums:
+        totals = acc.reduce(torch.tensor([x for k in sums for x in merged[k]], device=device, dtype=torch.float64),
+                            reduction="sum").view(-1, 2)
+        for k, (s, c) in zip(sums, totals.tolist()):
+            metrics[k].append(s / max(c, 1.0))
+    if extremes:
+        local = torch.tensor([merged[k] for k in extremes], device=device, dtype=torch.float64)
+        gathered = acc.gather(local[None]).view(-1, len(extremes)) if acc.num_processes > 1 else local[None]
+        for j, k in enumerate(extremes):
+            column = gathered[:, j]
+            finite = column[~column.isnan()]
+            if k == "policy_loss":
+                metrics[k].append(float(finite.mean()) if finite.numel() else float("nan"))
+            elif k == "clip_ratio/low_min":
+                metrics[k].append(float(finite.min()) if finite.numel() else float("nan"))
+            else:
+                metrics[k].append(float(finite.max()) if finite.numel() else float("nan"))
     if "entropy_coef" in metrics and len(metrics["entropy_coef"]) > marks.get("entropy_coef", 0):
         del metrics["entropy_coef"][marks.get("entropy_coef", 0):]
         metrics["entropy_coef"].append(trainer.entropy_coef)
 
 
-def _merge(key: str, values: list[float], weights: list[tuple], by_rows: bool, coef: float) -> float:
-    if key == "entropy_coef":
-        return coef
-    if key == "clip_ratio/low_min":
+EXTREMES = {"clip_ratio/low_min": min, "clip_ratio/high_max": max}
+
+
+def _local_merge(key: str, values: list[float], weights: list[tuple], by_rows: bool) -> float | tuple[float, float]:
+    """This process's merged value: a float for ``policy_loss`` and the clip-ratio extremes, a (sum, count)
+    pair for token (row) means."""
+    if key in EXTREMES:
         finite = [v for v in values if not math.isnan(v)]
-        return min(finite) if finite else float("nan")
-    if key == "clip_ratio/high_max":
-        finite = [v for v in values if not math.isnan(v)]
-        return max(finite) if finite else float("nan")
+        return EXTREMES[key](finite) if finite else float("nan")
     if key == "policy_loss":
         return sum(v * w[0] for v, w in zip(values, weights))
     rows = key == "vespo/phi_seq_mean" or (by_rows and key.startswith("clip_ratio"))
     w = [float(x[2]) if rows else x[1] for x in weights]
-    return sum(v * x for v, x in zip(values, w)) / max(sum(w), 1.0)
+    return sum(v * x for v, x in zip(values, w)), sum(w)
 
 
 def chunked_logps(forward: Callable[..., tuple], model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   logits_to_keep: int, budget: int, compute_entropy: bool, metrics: dict[str, list] | None,
-                  name: str) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+                  name: str, accelerator: Any = None) -> tuple[torch.Tensor, torch.Tensor | None, None]:
     """A no-grad log-prob pass (``forward`` = TRL's ``_get_per_token_logps_and_entropies``) over token-budget
-    chunks, reassembled in row order; columns a chunk trimmed away hold 0 (they are padding in every row)."""
+    chunks, reassembled in row order; columns a chunk trimmed away hold 0 (they are padding in every row). With
+    ``accelerator`` under multi-process DeepSpeed, every rank runs the same number of forwards (filler chunks,
+    results discarded)."""
     P = input_ids.size(1) - logits_to_keep
     inputs = {"prompt_ids": input_ids[:, :P], "prompt_mask": attention_mask[:, :P],
               "completion_ids": input_ids[:, P:], "completion_mask": attention_mask[:, P:]}
     chunks, stats = _chunk_inputs(inputs, budget)
+    fillers = _filler_count(accelerator, len(chunks), input_ids.device) if accelerator is not None else 0
     B = input_ids.size(0)
     logps = input_ids.new_zeros((B, logits_to_keep), dtype=torch.float32)
     entropies = torch.zeros_like(logps) if compute_entropy else None
-    for rows, chunk in chunks:
+    for rows, chunk in chunks + ([(None, _filler_chunk(inputs))] * fillers if fillers else []):
         ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
         mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
         width = chunk["completion_ids"].size(1)
         lp, ent, _ = forward(model, ids, mask, width, compute_entropy=compute_entropy)
+        if rows is None:  # a filler: ZeRO-3's collectives in lockstep with ranks that have more chunks
+            continue
         index = torch.tensor(rows, device=input_ids.device)
         logps = logps.to(lp.dtype)
         logps[index, :width] = lp
