@@ -2,8 +2,10 @@
 
 One launch runs several scenarios back to back (each launch costs ~15 s of start-up):
 
-    accelerate launch --config_file launch/accelerate/multi_cpu_2.yaml tests/distributed/scenarios.py --out DIR --suite ddp
-    accelerate launch --config_file launch/accelerate/zero3_cpu_2.yaml tests/distributed/scenarios.py --out DIR --suite zero3
+    accelerate launch --config_file launch/accelerate/multi_cpu_2.yaml tests/distributed/scenarios.py \
+        --out DIR --suite ddp
+    accelerate launch --config_file launch/accelerate/zero3_cpu_2.yaml tests/distributed/scenarios.py \
+        --out DIR --suite zero3
     python tests/distributed/scenarios.py --out DIR --suite ddp --reference   # 1 process, same global batch
 
 Results land in DIR/world2, DIR/world2-zero3 and DIR/reference.
@@ -62,7 +64,9 @@ def above_median_std(batch, args) -> StageResult:
 def snr_recorded(batch, args) -> StageResult:
     """The real SNR filter, recording its decision like the stage above."""
     result = snr_filter(batch, args)
-    DECISIONS.append({"keep": result.keep.clone(), "R": batch.R.clone(), "completion_ids": batch.completion_ids.clone()})
+    DECISIONS.append(
+        {"keep": result.keep.clone(), "R": batch.R.clone(), "completion_ids": batch.completion_ids.clone()}
+    )
     return result
 
 
@@ -231,8 +235,9 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         from trainer.methods.teacher import _core
 
         core = _core(trainer._teacher)
-        core.base_model.register_forward_pre_hook(lambda mod, a, kw: teacher_calls.append(int(kw["input_ids"].shape[1])),
-                                                  with_kwargs=True)
+        core.base_model.register_forward_pre_hook(
+            lambda mod, a, kw: teacher_calls.append(int(kw["input_ids"].shape[1])), with_kwargs=True
+        )
     policy_forwards: list[int] = []  # completion width of every policy forward on this rank (loss and no-grad passes)
     trainer.model.register_forward_pre_hook(
         lambda mod, a, kw: policy_forwards.append(int(kw["input_ids"].shape[1])), with_kwargs=True)
@@ -263,7 +268,9 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         from trainer.methods.teacher import _core, score_tokens
 
         record["teacher_calls"] = list(teacher_calls)
-        fixed = score_tokens(trainer._teacher, FIXED_IDS, torch.ones_like(FIXED_IDS), 6, with_entropy=True, accelerator=acc)
+        fixed = score_tokens(
+            trainer._teacher, FIXED_IDS, torch.ones_like(FIXED_IDS), 6, with_entropy=True, accelerator=acc
+        )
         record["teacher_fixed_scores"] = (fixed["logps"][0], fixed["entropy"])
         record["teacher_partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel)
                                          for p in _core(trainer._teacher).parameters() if hasattr(p, "ds_tensor")]

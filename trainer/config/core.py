@@ -88,8 +88,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default=True,
         metadata={
             "help": "Remove rollouts the stages dropped from the training batch (kept rows re-dealt evenly over "
-            "processes and micro-steps, topped up with zero-weight rows) instead of masking them, so they cost "
-            "no forward/backward; the loss is the masked one (trainer/pipeline/compaction.py). A generation batch with "
+            "processes and micro-steps, topped up with zero-weight rows) instead of masking them, so they cost no "
+            "forward/backward; the loss is the masked one (trainer/pipeline/compaction.py). A generation batch with "
             "nothing kept runs no forward/backward at all outside DeepSpeed. False keeps them masked."
         },
     )
@@ -141,7 +141,9 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     # --- Clip-Cov / KL-Cov (loss_variant: clip_cov | kl_cov; Cui et al. 2025 §4.2) -------------------------
     clip_cov_ratio: float = field(
         default=2e-4,
-        metadata={"help": "Clip-Cov: fraction of the micro-step's valid tokens (all processes) whose gradient is cut."},
+        metadata={
+            "help": "Clip-Cov: fraction of the micro-step's valid tokens (all processes) whose gradient is cut."
+        },
     )
     clip_cov_lb: float = field(
         default=1.0, metadata={"help": "Clip-Cov: lower bound of the covariance band of candidate tokens (exclusive)."}
@@ -152,12 +154,14 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     kl_cov_ratio: float = field(
         default=2e-3,
         metadata={
-            "help": "KL-Cov: fraction of the micro-step's valid tokens (all processes), largest covariance first, that "
-            "get the |log-ratio| penalty (2e-3 for 7B models, 2e-4 for 32B in the paper; a fraction, not percent)."
+            "help": "KL-Cov: fraction of the micro-step's valid tokens (all processes), largest covariance first, "
+            "that get the |log-ratio| penalty (2e-3 for 7B models, 2e-4 for 32B in the paper; a fraction, not "
+            "percent)."
         },
     )
     kl_cov_coef: float = field(
-        default=1.0, metadata={"help": "KL-Cov: coefficient beta of the |log pi - log pi_old| penalty (the paper's 1)."}
+        default=1.0,
+        metadata={"help": "KL-Cov: coefficient beta of the |log pi - log pi_old| penalty (the paper's 1)."},
     )
 
     # --- GRPODropout (rollout_dropout: grpodropout) -------------------------------------------------
@@ -293,7 +297,9 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     )
     collapse_every: int = field(
         default=5,
-        metadata={"help": "Run the collapse check at step 1 and then on the first generation of every this many steps."},
+        metadata={
+            "help": "Run the collapse check at step 1 and then on the first generation of every this many steps."
+        },
     )
     collapse_num_samples: int = field(
         default=64,
@@ -316,26 +322,26 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default=600.0,
         metadata={
             "help": "vLLM server mode: seconds one HTTP request to the server may take (read timeout; connect timeout "
-            "min(10, this)) before TRL's retries (6 attempts, 60 s of backoff) and then a GenerationServerError naming "
-            "the server and what to do (trainer/server/client.py). Must exceed the slowest generation call. The start-up "
-            "wait for the server is TRL's vllm_server_timeout."
+            "min(10, this)) before TRL's retries (6 attempts, 60 s of backoff) and then a GenerationServerError "
+            "naming the server and what to do (trainer/server/client.py). Must exceed the slowest generation call. "
+            "The start-up wait for the server is TRL's vllm_server_timeout."
         },
     )
     skip_nonfinite_steps: bool = field(
         default=True,
         metadata={
-            "help": "Skip (and log) an optimizer step whose loss or gradient is NaN/inf instead of applying it: weights, "
-            "optimizer state and LR schedule stay unchanged (trainer/guards/numerics.py). Costs one scalar all-reduce "
-            "per micro-batch; False = TRL's behaviour."
+            "help": "Skip (and log) an optimizer step whose loss or gradient is NaN/inf instead of applying it: "
+            "weights, optimizer state and LR schedule stay unchanged (trainer/guards/numerics.py). Costs one scalar "
+            "all-reduce per micro-batch; False = TRL's behaviour."
         },
     )
     entropy_aggregation: str = field(
         default="token_mean",
         metadata={
             "help": "How the entropy bonus (entropy_coef) is aggregated: 'token_mean' (TRL's: the micro-batch's mean "
-            "token entropy, whatever loss_type does) or 'loss_type' (verl's / RAGEN's: the same normaliser as the policy "
-            "term -- per-sequence token-mean for grpo, token sums for dr_grpo; trainer/pipeline/entropy_bonus.py). Used only by "
-            "loss_variant none with a static entropy_coef."
+            "token entropy, whatever loss_type does) or 'loss_type' (verl's / RAGEN's: the same normaliser as the "
+            "policy term -- per-sequence token-mean for grpo, token sums for dr_grpo; "
+            "trainer/pipeline/entropy_bonus.py). Used only by loss_variant none with a static entropy_coef."
         },
     )
     reward_variance_stop_steps: int = field(
@@ -347,7 +353,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         },
     )
     reward_variance_stop_ratio: float = field(
-        default=0.1, metadata={"help": "Fraction of the baseline below which a batch counts as collapsed (RAGEN: 0.1)."}
+        default=0.1,
+        metadata={"help": "Fraction of the baseline below which a batch counts as collapsed (RAGEN: 0.1)."},
     )
     val_before_train: bool = field(
         default=False,
@@ -358,10 +365,10 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default=False,
         metadata={
             "help": "End the generation prompt with '<think>' (after the chat template's assistant header) and score "
-            "each reply with '<think>' prepended, as RAGEN does (mll-lab-nu/RAGEN@20daedc ragen/llm_agent/ctx_manager.py:"
-            "1259-1263, 1406): a reply 'reasoning</think><answer>Up</answer>' is then well-formed. The prefill tokens "
-            "are context, never trained on. Single-turn tasks and the multi-turn rollout; for models whose template "
-            "opens the think block itself (Qwen3 thinking mode) leave it off."
+            "each reply with '<think>' prepended, as RAGEN does (mll-lab-nu/RAGEN@20daedc "
+            "ragen/llm_agent/ctx_manager.py:1259-1263, 1406): a reply 'reasoning</think><answer>Up</answer>' is then "
+            "well-formed. The prefill tokens are context, never trained on. Single-turn tasks and the multi-turn "
+            "rollout; for models whose template opens the think block itself (Qwen3 thinking mode) leave it off."
         },
     )
     collapse_turns: str = field(
@@ -369,8 +376,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         metadata={
             "help": "Which collapse samples each check computes: 'first' (each rollout's first turn; columns = the "
             "sampled traces' prompts; collapse/*) or 'all' (RAGEN's default, config/base.yaml:151-152: the first-turn "
-            "sample and, in the same check, the trajectory-uniform one under collapse/trajectory/*: every model turn is "
-            "a trace whose context is everything before it, collapse_num_samples (episode, turn) draws with "
+            "sample and, in the same check, the trajectory-uniform one under collapse/trajectory/*: every model turn "
+            "is a trace whose context is everything before it, collapse_num_samples (episode, turn) draws with "
             "replacement, each its own column; trainer/methods/collapse_detector.py)."
         },
     )
@@ -378,12 +385,13 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     micro_batch_tokens: int | None = field(
         default=None,
         metadata={
-            "help": "Token budget per forward, per process (DDP and DeepSpeed ZeRO-3 too): each training micro-batch -- and the old-policy and "
-            "reference log-prob passes -- runs as length-sorted chunks whose padded size, rows x (longest prompt + "
-            "longest completion), stays within this many tokens (a single longer row runs alone); each chunk is "
-            "trimmed to its own longest row and the chunk losses are weighted to equal TRL's micro-batch loss for "
-            "every loss_type (trainer/pipeline/token_budget.py, docs/token-budget.md). Memory is then bounded by tokens, not "
-            "rows, so per_device_train_batch_size can be large. None = TRL's fixed row micro-batches."
+            "help": "Token budget per forward, per process (DDP and DeepSpeed ZeRO-3 too): each training micro-batch "
+            "-- and the old-policy and reference log-prob passes -- runs as length-sorted chunks whose padded size, "
+            "rows x (longest prompt + longest completion), stays within this many tokens (a single longer row runs "
+            "alone); each chunk is trimmed to its own longest row and the chunk losses are weighted to equal TRL's "
+            "micro-batch loss for every loss_type (trainer/pipeline/token_budget.py, docs/token-budget.md). Memory is "
+            "then bounded by tokens, not rows, so per_device_train_batch_size can be large. None = TRL's fixed row "
+            "micro-batches."
         },
     )
 
@@ -437,7 +445,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             raise ConfigError("snr_empty_stop_steps", f"must be >= 0 (got {old})", "use a non-negative value")
         default = next(f.default for f in fields(WinnowConfig) if f.name == "empty_batch_stop_steps")
         if self.empty_batch_stop_steps not in (default, old):
-            raise ConfigError("snr_empty_stop_steps", f"is the deprecated name of empty_batch_stop_steps, and both are "
+            raise ConfigError("snr_empty_stop_steps",
+                              f"is the deprecated name of empty_batch_stop_steps, and both are "
                               f"set ({old} and {self.empty_batch_stop_steps})", "set empty_batch_stop_steps alone")
         warnings.warn("WinnowConfig.snr_empty_stop_steps is deprecated (the stop applies to every stage that removes "
                       "rollouts): use empty_batch_stop_steps", FutureWarning, stacklevel=5)
@@ -453,7 +462,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                     kind, f"{name!r} is not a registered {kind} stage", f"use one of {stages.available(kind)}"
                 )
         if not self.advantage_eps > 0:
-            raise ConfigError("advantage_eps", f"must be > 0 (got {self.advantage_eps})", "use e.g. 1e-4 (TRL) or 1e-6")
+            raise ConfigError("advantage_eps", f"must be > 0 (got {self.advantage_eps})",
+                              "use e.g. 1e-4 (TRL) or 1e-6")
         for name, allowed in (
             ("advantage_std", STD_KINDS),
             ("old_logps_source", OLD_LOGPS_SOURCES),
