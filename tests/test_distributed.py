@@ -25,7 +25,7 @@ DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_g
                  # token-budget chunks; bnpo is left out: its normaliser counts each rank's own tokens, so 2
                  # processes differ from 1 by TRL's definition (chunked vs unchunked bnpo is checked below)
                  "tail_grpo_kl_accum", "budget_grpo_kl_accum", "tail_dr_grpo", "budget_dr_grpo", "tail_dapo",
-                 "budget_dapo"]
+                 "budget_dapo", "balanced_grpo_kl_accum", "balanced_dapo_all_kept"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -250,3 +250,44 @@ def test_token_budget_chunks_under_zero3(results, loss):
     ddp = [len(_load(results / "world2" / f"budget_{loss}.rank{r}.pt")["policy_forwards"]) for r in (0, 1)]
     assert ddp[0] != ddp[1], "both ranks ran as many chunks: the filler chunks were not exercised"
     assert len(ranks[0]["policy_forwards"]) == len(ranks[1]["policy_forwards"]) >= max(ddp)
+
+
+def test_token_budget_balances_tokens_across_ranks(results):
+    """With a budget on 2 processes the rows are dealt so both ranks hold about as many tokens (verl's balance_batch):
+    the update is unchanged -- the same parameters as the round-robin deal and as one process (grpo with KL and
+    accumulation; dapo with nothing removed, where the re-deal replaces TRL's own split) -- and the ranks' real
+    tokens, counted from the rows each rank trained, differ by at most one row, less than round-robin's on the same
+    batch; the logged tokens/rank_max and tokens/rank_min are those counts. Under ZeRO-3 the deal and the update are
+    the same."""
+    def dealt(run: str, name: str) -> tuple[list[int], int]:
+        ranks = [_load(results / run / f"{name}.rank{r}.pt") for r in (0, 1)]
+        return [r["dealt_tokens"] for r in ranks], max(r["longest_row"] for r in ranks)
+
+    def logged(name: str, key: str) -> list[float]:
+        return [h[key] for h in _load(results / "world2" / f"{name}.rank0.pt")["log_history"] if key in h]
+
+    balanced, longest = dealt("world2", "balanced_grpo_kl_accum")
+    round_robin, _ = dealt("world2", "budget_grpo_kl_accum")
+    assert sum(balanced) == sum(round_robin)  # the same rows (and fillers), dealt differently
+    assert abs(balanced[0] - balanced[1]) <= longest
+    assert abs(balanced[0] - balanced[1]) < abs(round_robin[0] - round_robin[1]), (balanced, round_robin)
+    assert logged("balanced_grpo_kl_accum", "tokens/rank_max")[-1] == max(balanced)
+    assert logged("balanced_grpo_kl_accum", "tokens/rank_min")[-1] == min(balanced)
+    assert logged("budget_grpo_kl_accum", "tokens/rank_max")[-1] == max(round_robin)
+    # the same update as the round-robin deal unchunked (TRL's own micro-batches) and as one process; TRL's logged
+    # kl / clip means are means over micro-steps, so they follow which rows share a micro-step and are not compared
+    p_tail, p_balanced = (_load(results / "world2" / f"{name}.params.pt")
+                          for name in ("tail_grpo_kl_accum", "balanced_grpo_kl_accum"))
+    assert max(float((p_tail[k] - p_balanced[k]).abs().max()) for k in p_tail) <= PARAM_TOL
+    for key in ("loss", "grad_norm"):
+        assert logged("balanced_grpo_kl_accum", key) == pytest.approx(logged("tail_grpo_kl_accum", key), rel=1e-5)
+    _check_against_reference(results, "world2", "balanced_grpo_kl_accum")
+
+    zero3, _ = dealt("world2-zero3", "balanced_grpo_kl_accum")  # the same deal under ZeRO-3, the same update
+    assert zero3 == balanced
+    _check_against_reference(results, "world2-zero3", "balanced_grpo_kl_accum")
+
+    all_kept, longest = dealt("world2", "balanced_dapo_all_kept")
+    assert abs(all_kept[0] - all_kept[1]) <= longest
+    assert logged("balanced_dapo_all_kept", "stages/kept_ratio") == [1.0]
+    _check_against_reference(results, "world2", "balanced_dapo_all_kept")

@@ -43,6 +43,7 @@ from trainer.pipeline.batch import RolloutBatch, gather_padded
 from trainer.pipeline.compaction import compact
 from trainer.pipeline.entropy_bonus import loss_with_aggregated_entropy
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
+from trainer.pipeline.rank_balance import round_robin_counts
 from trainer.pipeline.step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, redeal
 from trainer.pipeline.token_budget import chunked_logps, chunked_loss
 from trainer.rollout.prefill import prefill_ids, with_prefill
@@ -537,9 +538,11 @@ class WinnowGRPOTrainer(GRPOTrainer):
         advantages = decision.advantages[rows]
         output["advantages"] = advantages[:, :T] if advantages.dim() == 2 else advantages
         self._generation = (False, None) if self._empty_steps is not None else None
-        if bool(decision.keep.all()):
-            return  # nothing removed: TRL's masks and normalisers stay untouched (off means off)
         S, world, K = self.args.steps_per_generation, acc.num_processes, int(decision.keep.sum())
+        balance = (self.args.micro_batch_tokens is not None and self.args.balance_rank_tokens and world > 1
+                   and self.args.compact_batch)
+        if bool(decision.keep.all()) and not balance:
+            return  # nothing removed: TRL's masks and normalisers stay untouched (off means off)
         plan = dict(
             mode=self.args.filtered_updates,
             micro_batches=S,
@@ -559,11 +562,16 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 steps_per_generation=S,
                 micro_batch_rows=self.args.per_device_train_batch_size,
                 rows_per_step=micro_rows,
+                balance_tokens=balance,
             )
             if compacted is not None:
+                rank_tokens = compacted.pop("winnow_rank_tokens", None)
+                if rank_tokens is not None and self.args.micro_batch_tokens is not None and world > 1:
+                    trl_contact.metrics(self)["tokens/rank_max"].append(float(rank_tokens.max()))
+                    trl_contact.metrics(self)["tokens/rank_min"].append(float(rank_tokens.min()))
                 output.clear()
                 output.update(compacted)
-                counts = tuple(len(range(r, K, world)) for r in range(world))
+                counts = tuple(round_robin_counts(K, world))
                 self._generation = (False, DealPlan(counts=counts, micro_rows=micro_rows, **plan))
                 return
         keep = decision.keep[rows].unsqueeze(1)

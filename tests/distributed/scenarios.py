@@ -102,10 +102,18 @@ TAIL_LOSSES = {
     "dr_grpo": dict(loss_type="dr_grpo", beta=0.04),
     "dapo": dict(loss_type="dapo"),
 }
+# "budget_*" keep the round-robin deal (balance_rank_tokens off), so the ranks' chunk counts differ; "balanced_*" deal
+# the rows so each rank holds about as many tokens (trainer/pipeline/rank_balance.py), also when nothing is removed.
+BUDGET = dict(micro_batch_tokens=BUDGET_TOKENS, balance_rank_tokens=False)
 BUDGET_SCENARIOS = {
-    f"{kind}_{name}": ({**TAIL, **loss, **({"micro_batch_tokens": BUDGET_TOKENS} if kind == "budget" else {})}, 2)
+    f"{kind}_{name}": ({**TAIL, **loss, **(BUDGET if kind == "budget" else {})}, 2)
     for name, loss in TAIL_LOSSES.items()
     for kind in ("tail", "budget")
+}
+BALANCED_SCENARIOS = {
+    "balanced_grpo_kl_accum": ({**TAIL, **TAIL_LOSSES["grpo_kl_accum"], "micro_batch_tokens": BUDGET_TOKENS}, 2),
+    "balanced_dapo_all_kept": ({**TAIL, **TAIL_LOSSES["dapo"], "micro_batch_tokens": BUDGET_TOKENS,
+                                "rollout_filter": "none"}, 2),
 }
 
 
@@ -163,6 +171,7 @@ SUITES = {
         # multi-turn environment episodes (env_mask -> tool_mask through filter and compaction)
         "env_rollout": (dict(loss_type="grpo", env_rollout=True, max_completion_length=300, learning_rate=1e-3), 2),
         **BUDGET_SCENARIOS,
+        **BALANCED_SCENARIOS,
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {
@@ -172,6 +181,7 @@ SUITES = {
         # ZeRO-3 with token-budget chunks: filler chunks keep the ranks' forwards and backwards in lockstep
         "budget_grpo_kl_accum": BUDGET_SCENARIOS["budget_grpo_kl_accum"],
         "budget_dapo": BUDGET_SCENARIOS["budget_dapo"],
+        "balanced_grpo_kl_accum": BALANCED_SCENARIOS["balanced_grpo_kl_accum"],
     },
 }
 GLOBAL_BATCH = 16
@@ -263,6 +273,11 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         "log_history": trainer.state.log_history,
         "policy_forwards": policy_forwards,
         "world": world,
+        # the last generation batch's rows on this rank (zero-weight fillers included): real tokens, longest row
+        "dealt_tokens": sum(int(b["prompt_mask"].sum() + b["completion_mask"].sum())
+                            for b in trainer._buffered_inputs),
+        "longest_row": max(int((b["prompt_mask"].sum(1) + b["completion_mask"].sum(1)).max())
+                           for b in trainer._buffered_inputs),
     }
     if trainer._teacher is not None:
         from trainer.methods.teacher import _core, score_tokens

@@ -395,6 +395,18 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         },
     )
 
+    balance_rank_tokens: bool = field(
+        default=True,
+        metadata={
+            "help": "With micro_batch_tokens on several processes (and compact_batch): deal each generation batch's "
+            "rows so every process holds about as many tokens (same row counts; verl's balance_batch), so no process "
+            "waits at the gradient all-reduce for the one holding the longest rows "
+            "(trainer/pipeline/rank_balance.py). The update is unchanged for every loss_type except bnpo and TRL's "
+            "entropy-bonus mean, which normalise by each process's own tokens. Logged as tokens/rank_max and "
+            "tokens/rank_min. False = round-robin deal."
+        },
+    )
+
     def __post_init__(self) -> None:
         self._validate_winnow()
         super().__post_init__()

@@ -3,11 +3,12 @@
 Masking a removed rollout gives the right loss but still pays its forward and backward; the reference codes
 then pad the smaller batch by duplicating rows, which biases the update. Here, after the stages decide, every
 rank gathers the kept rows of the whole generation batch, takes an equal share (round-robin over the kept
-rows' global order), and fills its share up to a multiple of ``steps_per_generation`` with *zero-weight*
-rows: a copy of a kept row whose loss mask (TRL's ``tool_mask``) and advantage are zero, so it is counted in no
-token normaliser and, through ``winnow_loss_scale``, in no row normaliser either. TRL then shuffles and splits
-the smaller local batch into the same number of micro-steps as before, so every rank runs the same number of
-forward/backward calls (DDP and ZeRO-3 collectives cannot deadlock, even for a rank that held no kept row).
+rows' global order; with token-budget micro-batches, the same row counts chosen so every rank holds about as many
+tokens: trainer/pipeline/rank_balance.py), and fills its share up to a multiple of ``steps_per_generation`` with
+*zero-weight* rows: a copy of a kept row whose loss mask (TRL's ``tool_mask``) and advantage are zero, so it is
+counted in no token normaliser and, through ``winnow_loss_scale``, in no row normaliser either. TRL then shuffles
+and splits the smaller local batch into the same number of micro-steps as before, so every rank runs the same number
+of forward/backward calls (DDP and ZeRO-3 collectives cannot deadlock, even for a rank that held no kept row).
 
 Equivalence with the masked formulation (tested per loss type): token-normalised losses (dapo, cispo, vespo)
 divide by the global kept-token count, which compaction keeps; row-normalised ones (grpo, sapo, dr_grpo,
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 
 from trainer.pipeline.batch import gather_padded
+from trainer.pipeline.rank_balance import balanced_shares
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ def compact(
     steps_per_generation: int,
     micro_batch_rows: int,
     rows_per_step: int | None = None,
+    balance_tokens: bool = False,
 ) -> dict[str, Any] | None:
     """This rank's compacted share of the generation batch (collective: every rank must call it).
 
@@ -75,7 +78,10 @@ def compact(
     local batch dict. ``rows_per_step`` is the rows of each local micro-batch (default: the fewest that spread
     this rank's share over all micro-steps; trainer/pipeline/step_dealing.py sizes it per ``filtered_updates``). The
     result marks the rank's kept rows (``winnow_kept``). Returns the new dict, or None when the batch cannot
-    be compacted."""
+    be compacted. ``balance_tokens``: the ranks' shares keep round-robin's row counts but are chosen so their real
+    tokens (prompt + completion) are about equal (trainer/pipeline/rank_balance.py), and the zero-weight filler is
+    the shortest kept row. When any row is kept, the result carries ``winnow_rank_tokens`` (world,), each rank's
+    real tokens including fillers, for the caller to log and remove."""
     keys = row_keys(output)
     if keys is None:
         return None
@@ -92,12 +98,19 @@ def compact(
     K = int(kept.numel())
     loss_tokens = glob["completion_mask"] * glob["tool_mask"]
 
-    mine = kept[rank::world]
     per_rank = max(1, math.ceil(K / world))
     if rows_per_step is None:
         rows_per_step = math.ceil(per_rank / steps_per_generation)
     size = rows_per_step * steps_per_generation
-    filler = kept[0] if K else torch.tensor(0, device=keep.device)
+    real = (glob["prompt_mask"].sum(dim=1) + glob["completion_mask"].sum(dim=1))[kept]  # a kept row's tokens
+    if balance_tokens and K:
+        shares = balanced_shares(real.tolist(), world)
+        filler_at = int(real.argmin())  # the cheapest row to carry at weight zero
+    else:
+        shares = [list(range(r, K, world)) for r in range(world)]
+        filler_at = 0
+    mine = kept[torch.tensor(shares[rank], dtype=torch.long, device=kept.device)]
+    filler = kept[filler_at] if K else torch.tensor(0, device=keep.device)
     rows = torch.cat([mine, filler.repeat(size - mine.numel())])
     weight = torch.zeros(size, dtype=glob["tool_mask"].dtype, device=rows.device)
     weight[: mine.numel()] = 1
@@ -119,6 +132,11 @@ def compact(
     new["winnow_loss_scale"] = torch.tensor(scale, device=A.device)
     if K == 0:
         new["winnow_all_dropped"] = torch.tensor(1, device=A.device)
+    if K:  # each rank's real tokens, zero-weight fillers included: what its forwards pay for
+        fill = real[filler_at]
+        new["winnow_rank_tokens"] = torch.stack([
+            real[torch.tensor(share, dtype=torch.long, device=real.device)].sum() + (size - len(share)) * fill
+            for share in shares])
     return new
 
 
