@@ -15,6 +15,7 @@ from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, rewar
 from transformers import AutoModelForCausalLM
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
+from trainer.methods import collapse_detector
 from trainer.methods.collapse_detector import BatchTraces, Trace
 from trainer.methods.teacher import score_tokens
 from trainer.tools.assets import make_tiny_qwen3
@@ -150,7 +151,8 @@ def long_tailed_traces() -> BatchTraces:
     return BatchTraces(traces, [t.context for t in traces], False)
 
 
-def test_collapse_cross_scores_and_mi_with_a_token_budget_equal_row_batches_and_plain_forwards(tiny_model, tmp_path):
+def test_collapse_cross_scores_and_mi_with_a_token_budget_equal_row_batches_and_plain_forwards(tiny_model, tmp_path,
+                                                                                              monkeypatch):
     tr = collapse_trainer(tiny_model, tmp_path, micro_batch_tokens=BUDGET)
     detector, batch = tr._collapse, long_tailed_traces()
     forwards = []
@@ -185,6 +187,19 @@ def test_collapse_cross_scores_and_mi_with_a_token_budget_equal_row_batches_and_
     # the planner really chunked, and the chunks pay for fewer padded tokens than the row micro-batches (already
     # length-sorted, so the gain is small here: 789 vs 916 tokens)
     assert n_chunks >= 3 and budget_tokens < sum(forwards), (n_chunks, budget_tokens, sum(forwards))
+
+    # another rank with more chunks: this one runs filler forwards (the shortest pair), its scores and token counts
+    # unchanged
+    detector.token_budget, detector._tokens = BUDGET, [0, 0]
+    detector._score(tr, sampled, columns, pairs)
+    tokens = list(detector._tokens)
+    monkeypatch.setattr(collapse_detector, "equal_forward_fillers", lambda acc, n, device: 2)
+    forwards.clear()
+    detector._tokens = [0, 0]
+    spread, _ = detector._score(tr, sampled, columns, pairs)
+    monkeypatch.undo()
+    assert len(forwards) == n_chunks + 2 and forwards[-1] == forwards[-2] == min(forwards)
+    assert torch.equal(spread, sums) and detector._tokens == tokens == [budget_tokens, tokens[1]]
 
     # the whole check: MI family equal, fewer padded tokens logged
     detector.token_budget = BUDGET
