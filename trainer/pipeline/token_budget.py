@@ -14,7 +14,8 @@ no library offers it for TRL, hence this file). Three pieces:
   ``num_items_in_batch``); the entropy bonus, whose normaliser can differ (TRL: token mean of the micro-batch),
   gets its own share through a per-chunk ``entropy_coef`` -- and TRL's logged metrics merged as if unchunked.
 - :func:`chunked_logps`: the no-grad log-prob passes (old policy, reference) over the same kind of chunks,
-  reassembled in row order.
+  reassembled in row order. Teacher scoring (trainer/methods/teacher.py) and the collapse detector's cross-scoring
+  plan their chunks with the same pure planner, :func:`plan_trimmed`.
 
 Several processes: the weights are TRL's per-rank normalisers (``dapo``'s global ``num_items_in_batch /
 num_processes`` passes through), so each rank's chunk sum is TRL's loss on that rank; gradients sync once per
