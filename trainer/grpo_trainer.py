@@ -483,7 +483,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
         T = output["completion_ids"].shape[1]
         common = dict(chunk_tokens=self.args.teacher_chunk_tokens, micro_batch_size=self.args.teacher_micro_batch_size,
-                      accelerator=self.accelerator)
+                      token_budget=self.args.micro_batch_tokens, accelerator=self.accelerator)
         start = time.perf_counter()
         teacher = score_tokens(self._teacher, input_ids, attention_mask, T, with_entropy=True, **common)
         seconds = time.perf_counter() - start
@@ -493,6 +493,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         metrics = trl_contact.metrics(self)
         metrics["teacher/score_seconds"].append(seconds)
         metrics["teacher/forwards"].append(float(teacher["forwards"]))
+        metrics["tokens/padded_teacher"].append(float(teacher["padded"]))  # the student's T = 1 pass pays the same
+        metrics["tokens/real_teacher"].append(float(teacher["real"]))
         metrics["teacher/peak_memory_mb"].append(_peak_memory_mb(input_ids.device))
         return {"teacher_logps": teacher["logps"][0], "teacher_entropy": teacher["entropy"],
                 "old_logps_t1": student["logps"][0], "old_logps_sampling_t": student["logps"][1]}

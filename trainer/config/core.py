@@ -316,7 +316,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     )
     collapse_micro_batch_size: int = field(
         default=32,
-        metadata={"help": "Sequences per forward pass of the collapse check (per process)."},
+        metadata={"help": "Sequences per forward pass of the collapse check (per process). Ignored when "
+                  "micro_batch_tokens is set: the token budget then sizes these forwards."},
     )
     vllm_request_timeout: float = field(
         default=600.0,
@@ -386,7 +387,9 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default=None,
         metadata={
             "help": "Token budget per forward, per process (DDP and DeepSpeed ZeRO-3 too): each training micro-batch "
-            "-- and the old-policy and reference log-prob passes -- runs as length-sorted chunks whose padded size, "
+            "-- and the no-grad passes: old-policy and reference log-probs, teacher (and T=1 student) scoring, the "
+            "collapse check's cross-scoring, which then ignore teacher_micro_batch_size / collapse_micro_batch_size "
+            "-- runs as length-sorted chunks whose padded size, "
             "rows x (longest prompt + longest completion), stays within this many tokens (a single longer row runs "
             "alone); each chunk is trimmed to its own longest row and the chunk losses are weighted to equal TRL's "
             "micro-batch loss for every loss_type (trainer/pipeline/token_budget.py, docs/token-budget.md). Memory is "

@@ -38,13 +38,17 @@ class TeacherFields:
         },
     )
     teacher_micro_batch_size: int = field(
-        default=4, metadata={"help": "Sequences per teacher (and T=1 student) scoring forward, per process."}
+        default=4,
+        metadata={
+            "help": "Sequences per teacher (and T=1 student) scoring forward, per process. Ignored when "
+            "micro_batch_tokens is set: the token budget then sizes these forwards (same chunks as the loss)."
+        },
     )
     teacher_chunk_tokens: int = field(
         default=512,
         metadata={
             "help": "Positions per LM-head chunk when scoring: memory holds at most chunk x vocab float32 logits, "
-            "never (batch, length, vocab)."
+            "never (batch, length, vocab). Applies within each forward, with or without micro_batch_tokens."
         },
     )
 

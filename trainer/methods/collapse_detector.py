@@ -10,7 +10,9 @@ per-token mean (``collapse/*``) and summed (``collapse/*_seq``) log-prob matrice
 
 Cost of one check = (#distinct contexts) x (#sampled traces) teacher-forced sequences, bounded by
 ``collapse_max_tokens`` real tokens per sample; the pairs are split evenly over processes (every rank runs the same
-number of forward passes, which ZeRO-3 needs) and scored ``collapse_micro_batch_size`` at a time.
+number of forward passes, which ZeRO-3 needs) and scored ``collapse_micro_batch_size`` at a time -- or, with
+``micro_batch_tokens``, in the token-budget chunks of the loss passes (trainer/pipeline/token_budget.py), the chunk
+count all-reduced to the maximum over ranks.
 
 Differences from the released code, on purpose: Z is the sampled token ids, not re-tokenised text (ragen.md
 §7.3); the think tags are located as tokens. X uses the canonical context ``prompt + <think>`` as in the
@@ -41,6 +43,7 @@ import torch
 from trainer import trl_contact
 from trainer.algorithms.collapse_metrics import mi_metrics, signature_retrieval
 from trainer.pipeline.batch import gather_padded
+from trainer.pipeline.token_budget import equal_forward_fillers, plan_chunks, shortest_row
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +146,8 @@ class CollapseDetector:
         self.num_samples = args.collapse_num_samples
         self.max_tokens = args.collapse_max_tokens
         self.micro_batch_size = args.collapse_micro_batch_size
+        self.token_budget = getattr(args, "micro_batch_tokens", None)
+        self._tokens = [0, 0]  # padded, real tokens the current check's forwards ran
         self.seed = args.seed
         self.all_turns = getattr(args, "collapse_turns", "first") == "all"
         self.pad_id = tokenizer.pad_token_id
@@ -208,10 +213,15 @@ class CollapseDetector:
 
         Collective: every rank calls it with the same (gathered) batch."""
         started = time.perf_counter()
+        self._tokens = [0, 0]
         metrics = self._first_turn_check(trainer, batch, step)
         if batch.turns is not None:
             trajectory = self._trajectory_check(trainer, batch, step)
             metrics.update({f"{TRAJECTORY}{k}": v for k, v in trajectory.items()})
+        if self._tokens[0]:  # this rank's scoring forwards, as the other passes' tokens/padded_<pass>
+            logged = trl_contact.metrics(trainer)
+            logged["tokens/padded_collapse"].append(float(self._tokens[0]))
+            logged["tokens/real_collapse"].append(float(self._tokens[1]))
         metrics["seconds"] = time.perf_counter() - started
         return metrics
 
@@ -375,19 +385,24 @@ class CollapseDetector:
         per_rank = -(-len(pairs) // world)
         mine = list(range(rank, len(pairs), world))
         mine += [mine[-1] if mine else 0] * (per_rank - len(mine))  # equal work everywhere; duplicates dropped
-        # Sort by length so each micro-batch pads little; the chunk count stays the same on every rank.
+        # Sort by length so each micro-batch pads little (the token-budget planner sorts again, the same way).
         mine.sort(key=lambda p: len(columns[pairs[p][1]]) + len(sampled[pairs[p][0]].reasoning))
         device = acc.device
+        chunks, fillers = self._chunks(acc, mine, [len(columns[pairs[p][1]]) for p in mine],
+                                       [len(sampled[pairs[p][0]].reasoning) for p in mine])
         rows = []
-        for start in range(0, per_rank, self.micro_batch_size):
-            chunk = mine[start : start + self.micro_batch_size]
+        for chunk, filler in [(c, False) for c in chunks] + [(f, True) for f in fillers]:
             X = [columns[pairs[p][1]] for p in chunk]
             Z = [sampled[pairs[p][0]].reasoning for p in chunk]
             input_ids, attention_mask, z_mask = _left_aligned(X, Z, self.pad_id, device)
             with torch.no_grad():
-                logps, _, _ = trl_contact.per_token_logps_and_entropies(trainer, 
+                logps, _, _ = trl_contact.per_token_logps_and_entropies(trainer,
                     trainer.model, input_ids, attention_mask, z_mask.size(1)
                 )
+            if filler:  # a forward only to keep ZeRO-3's collectives in lockstep with ranks that have more chunks
+                continue
+            self._tokens[0] += input_ids.numel()
+            self._tokens[1] += int(attention_mask.sum())
             sums = (logps.double() * z_mask).sum(dim=1)
             ids = torch.tensor(chunk, dtype=torch.float64, device=device)
             rows.append(torch.stack([ids, sums, z_mask.sum(dim=1).double()], dim=1))
@@ -397,6 +412,17 @@ class CollapseDetector:
         out_sum[gathered[:, 0].long()] = gathered[:, 1]  # duplicated padding pairs write identical values
         out_count[gathered[:, 0].long()] = gathered[:, 2]
         return out_sum, out_count
+
+    def _chunks(self, acc: Any, mine: list[int], x_len: list[int], z_len: list[int]):
+        """(chunks, filler chunks) of this rank's length-sorted pairs: ``collapse_micro_batch_size`` at a time (the
+        same count on every rank by construction), or with ``micro_batch_tokens`` the token-budget plan of the loss
+        and old-log-prob passes (X = prompt, Z = completion; :func:`_left_aligned` trims each chunk to its own
+        longest X and Z) with the chunk count all-reduced to the maximum over ranks and the shortest pair as filler."""
+        if self.token_budget is None:
+            return [mine[s : s + self.micro_batch_size] for s in range(0, len(mine), self.micro_batch_size)], []
+        plan = plan_chunks(x_len, z_len, self.token_budget)
+        fillers = equal_forward_fillers(acc, len(plan), acc.device)
+        return [[mine[i] for i in rows] for rows in plan], [[mine[shortest_row(x_len, z_len)]]] * fillers
 
 
 def _left_aligned(

@@ -13,9 +13,9 @@ LM head because that head bakes one temperature into the model, and UECR needs t
 (the teacher gap) *and* at the sampling temperature (PPO ratios) from the same forward.
 
 Under ZeRO-3 every forward is a collective: all ranks must run the same number of them. Forwards are counted
-in rows (micro-batches of ``micro_batch_size``), never in tokens, and the count is all-reduced to the maximum
-over ranks, so a rank with shorter (or fewer) completions runs extra dummy forwards instead of leaving the
-others waiting.
+in rows (micro-batches of ``micro_batch_size``) or, with ``token_budget`` (``micro_batch_tokens``), in the
+token-budget chunks the loss passes use; the count is all-reduced to the maximum over ranks, so a rank with
+fewer forwards runs extra dummy forwards instead of leaving the others waiting.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
+
+from trainer.pipeline.token_budget import equal_forward_fillers, plan_trimmed, row_extents, shortest_row
 
 
 class TeacherVocabularyError(ValueError):
@@ -152,39 +154,38 @@ def score_tokens(
     with_entropy: bool = False,
     chunk_tokens: int = 512,
     micro_batch_size: int = 4,
+    token_budget: int | None = None,
     accelerator: Any = None,
 ) -> dict[str, Any]:
     """Log-probs of the last ``logits_to_keep`` tokens of each row at each temperature (``logps``: a list of
     (B, logits_to_keep) float32 tensors) and, with ``with_entropy``, the full-vocabulary entropy at
     ``temperatures[0]`` (``entropy``). Alignment is TRL's: position t scores token t from the prefix before it.
     ``forwards`` = the number of backbone forwards this rank ran (equal on every rank when ``accelerator`` is
-    given)."""
+    given); ``padded`` / ``real`` = the tokens those forwards paid for and the unpadded ones.
+
+    Rows go through the backbone ``micro_batch_size`` at a time, or with ``token_budget`` (``micro_batch_tokens``)
+    in the token-budget chunks of the loss and old-log-prob passes (trainer/pipeline/token_budget.py): length-sorted,
+    padded size within the budget, each chunk trimmed to its own longest row; columns a chunk trimmed away hold 0
+    (padding in every one of its rows)."""
     from trl.trainer.utils import maybe_gather_lm_head_ctx
 
     core = _core(model)
     backbone, lm_head = core.base_model, core.get_output_embeddings()
     B = input_ids.shape[0]
-    n_forwards = math.ceil(B / micro_batch_size)
-    if accelerator is not None and accelerator.num_processes > 1:
-        n = torch.tensor([n_forwards], device=input_ids.device)
-        n_forwards = int(accelerator.reduce(n, reduction="max"))
-    targets = input_ids[:, -logits_to_keep:]
+    if token_budget is None:
+        forwards, padded = _row_forwards(input_ids, attention_mask, logits_to_keep, micro_batch_size, accelerator)
+    else:
+        forwards, padded = _budget_forwards(input_ids, attention_mask, logits_to_keep, token_budget, accelerator)
     logps = [input_ids.new_zeros((B, logits_to_keep), dtype=torch.float32) for _ in temperatures]
     entropy = input_ids.new_zeros((B, logits_to_keep), dtype=torch.float32) if with_entropy else None
-    for f in range(n_forwards):
-        rows = slice(f * micro_batch_size, min((f + 1) * micro_batch_size, B))
-        real = rows.start < B
-        if not real:  # keep ZeRO-3's collectives in lockstep with ranks that have more rows
-            rows = slice(0, min(1, B)) if B else None
-        ids = input_ids[rows] if rows is not None else input_ids.new_zeros((1, logits_to_keep + 1))
-        mask = attention_mask[rows] if rows is not None else torch.ones_like(ids)
+    for rows, ids, mask, width in forwards:
         hidden = backbone(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
         with maybe_gather_lm_head_ctx(lm_head.weight, lm_head.bias):  # a collective too: dummy forwards enter it
-            if not real:
+            if rows is None:  # a dummy: ZeRO-3's collectives in lockstep with ranks that have more rows
                 continue
-            hidden = hidden[:, -logits_to_keep - 1 : -1]  # state before each kept token
+            hidden = hidden[:, -width - 1 : -1]  # state before each kept token
             flat = hidden.reshape(-1, hidden.shape[-1])
-            flat_targets = targets[rows].reshape(-1)
+            flat_targets = ids[:, -width:].reshape(-1)
             out_lp = [torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device) for _ in temperatures]
             out_h = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device) if with_entropy else None
             for start in range(0, flat.shape[0], chunk_tokens):
@@ -196,9 +197,58 @@ def score_tokens(
                     if k == 0 and with_entropy:
                         out_h[part] = -(lsm.exp() * lsm).sum(-1)
                 del logits
-        n_rows = rows.stop - rows.start
+        n_rows = ids.shape[0]
         for k in range(len(temperatures)):
-            logps[k][rows] = out_lp[k].view(n_rows, logits_to_keep)
+            logps[k][rows, :width] = out_lp[k].view(n_rows, width)
         if with_entropy:
-            entropy[rows] = out_h.view(n_rows, logits_to_keep)
-    return {"logps": logps, "entropy": entropy, "forwards": n_forwards}
+            entropy[rows, :width] = out_h.view(n_rows, width)
+    return {"logps": logps, "entropy": entropy, "forwards": len(forwards), "padded": padded,
+            "real": int(attention_mask.sum())}
+
+
+def _row_forwards(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, micro_batch_size: int,
+                  accelerator: Any) -> tuple[list[tuple], int]:
+    """``(rows, ids, mask, width)`` per forward in row micro-batches of ``micro_batch_size`` (untrimmed, ``width`` =
+    ``logits_to_keep``), then dummies (``rows`` None) up to the largest count over ranks; and the padded tokens."""
+    B = input_ids.shape[0]
+    n_forwards = math.ceil(B / micro_batch_size)
+    if accelerator is not None and accelerator.num_processes > 1:
+        n = torch.tensor([n_forwards], device=input_ids.device)
+        n_forwards = int(accelerator.reduce(n, reduction="max"))
+    out = []
+    for f in range(n_forwards):
+        rows = slice(f * micro_batch_size, min((f + 1) * micro_batch_size, B))
+        if rows.start < B:
+            out.append((rows, input_ids[rows], attention_mask[rows], logits_to_keep))
+            continue
+        ids = input_ids[:1] if B else input_ids.new_zeros((1, logits_to_keep + 1))
+        out.append((None, ids, attention_mask[:1] if B else torch.ones_like(ids), logits_to_keep))
+    return out, B * input_ids.shape[1]
+
+
+def _budget_forwards(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, budget: int,
+                     accelerator: Any) -> tuple[list[tuple], int]:
+    """:func:`_row_forwards` over token-budget chunks (the planner of the loss and old-log-prob passes): ``rows`` a
+    row index, ``ids`` / ``mask`` trimmed to the chunk's longest prompt (at least one position: the state before
+    the first completion token) and longest completion, ``width`` that completion width; dummies are the shortest
+    row, trimmed."""
+    P = input_ids.shape[1] - logits_to_keep
+    p_ext, c_ext = row_extents(attention_mask[:, :P], attention_mask[:, P:])
+    plan, stats = plan_trimmed(p_ext, c_ext, budget)
+
+    def trimmed(rows: list[int], p_keep: int, c_keep: int) -> tuple:
+        index = torch.tensor(rows, device=input_ids.device)
+        cols = slice(P - min(max(p_keep, 1), P), P + c_keep)
+        return index, input_ids[index, cols], attention_mask[index, cols], c_keep
+
+    out = [trimmed(*chunk) for chunk in plan]
+    fillers = equal_forward_fillers(accelerator, len(out), input_ids.device)
+    if fillers:
+        if len(p_ext):
+            r = shortest_row(p_ext, c_ext)
+            _, ids, mask, width = trimmed([r], p_ext[r], max(c_ext[r], 1))
+        else:  # no rows on this rank at all
+            ids = input_ids.new_zeros((1, 2))
+            mask, width = torch.ones_like(ids), 1
+        out += [(None, ids, mask, width)] * fillers
+    return out, stats["padded"]

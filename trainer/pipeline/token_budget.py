@@ -14,7 +14,8 @@ no library offers it for TRL, hence this file). Three pieces:
   ``num_items_in_batch``); the entropy bonus, whose normaliser can differ (TRL: token mean of the micro-batch),
   gets its own share through a per-chunk ``entropy_coef`` -- and TRL's logged metrics merged as if unchunked.
 - :func:`chunked_logps`: the no-grad log-prob passes (old policy, reference) over the same kind of chunks,
-  reassembled in row order.
+  reassembled in row order. Teacher scoring (trainer/methods/teacher.py) and the collapse detector's cross-scoring
+  plan their chunks with the same pure planner, :func:`plan_trimmed`.
 
 Several processes: the weights are TRL's per-rank normalisers (``dapo``'s global ``num_items_in_batch /
 num_processes`` passes through), so each rank's chunk sum is TRL's loss on that rank; gradients sync once per
@@ -101,19 +102,32 @@ def slice_rows(inputs: dict[str, Any], rows: list[int], p_keep: int, c_keep: int
     return out
 
 
+def plan_trimmed(p_ext: list[int], c_ext: list[int], budget: int) -> tuple[list[tuple[list[int], int, int]], dict]:
+    """:func:`plan_chunks` with each chunk's kept widths: ``(rows, longest prompt, longest completion (>= 1))`` per
+    chunk, and the plan's ``padded`` token count and ``over``-budget chunks. Pure (no tensors): every pass that
+    chunks rows -- loss, old/reference log-probs, teacher scoring, the collapse detector -- plans with it."""
+    chunks, padded, over = [], 0, 0
+    for rows in plan_chunks(p_ext, c_ext, budget):
+        cost = padded_cost(rows, p_ext, c_ext)
+        padded += cost
+        over += int(cost > budget)
+        chunks.append((rows, max(p_ext[r] for r in rows), max(max(c_ext[r] for r in rows), 1)))
+    return chunks, {"padded": padded, "over": over}
+
+
+def shortest_row(p_ext: list[int], c_ext: list[int]) -> int:
+    """The row a filler forward runs: the shortest (prompt + completion), the cheapest forward there is."""
+    return min(range(len(p_ext)), key=lambda i: p_ext[i] + c_ext[i])
+
+
 def _chunk_inputs(inputs: dict[str, Any], budget: int):
-    """(rows, chunk inputs) for each chunk of the micro-batch, plus the plan's padded/real token counts."""
-    p_ext, c_ext = row_extents(inputs["prompt_mask"], inputs["completion_mask"])
-    plan = plan_chunks(p_ext, c_ext, budget)
-    stats = {"padded": 0, "real": int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()), "over": 0}
-    out = []
-    for rows in plan:
-        p_keep, c_keep = max(p_ext[r] for r in rows), max(max(c_ext[r] for r in rows), 1)
-        cost = len(rows) * (p_keep + c_keep)
-        stats["padded"] += cost
-        stats["over"] += int(cost > budget)
-        out.append((rows, slice_rows(inputs, rows, p_keep, c_keep)))
-    return out, stats
+    """(rows, chunk inputs) for each chunk of the micro-batch, the plan's padded/real token counts, and the row
+    extents (prompt, completion) it was planned from."""
+    extents = row_extents(inputs["prompt_mask"], inputs["completion_mask"])
+    plan, stats = plan_trimmed(*extents, budget)
+    stats["real"] = int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+    out = [(rows, slice_rows(inputs, rows, p_keep, c_keep)) for rows, p_keep, c_keep in plan]
+    return out, stats, extents
 
 
 def _loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
@@ -149,7 +163,7 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
     earlier chunks run under ``no_sync`` (only the last backward of a sync micro-step all-reduces), under
     DeepSpeed they backpropagate through the engine off the accumulation boundary, and ZeRO-3 ranks pad to the
     largest chunk count with zero-weight filler chunks (every forward and backward there is a collective)."""
-    chunks, stats = _chunk_inputs(inputs, trainer.args.micro_batch_tokens)
+    chunks, stats, extents = _chunk_inputs(inputs, trainer.args.micro_batch_tokens)
     acc = trainer.accelerator
     fillers = _filler_count(acc, len(chunks), inputs["completion_ids"].device)
     partial_context, partial_backward = _partial_backward(trainer, model, backward)
@@ -158,7 +172,7 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
     coef = trainer.entropy_coef
     done, weights = 0.0, []
     last = None
-    calls = [(c, False) for _, c in chunks] + ([(_filler_chunk(inputs), True)] * fillers if fillers else [])
+    calls = [(c, False) for _, c in chunks] + ([(_filler_chunk(inputs, extents), True)] * fillers if fillers else [])
     try:
         with local_collectives(acc):
             for i, (chunk, is_filler) in enumerate(calls):
@@ -199,15 +213,24 @@ def _filler_count(accelerator: Any, n_chunks: int, device: torch.device) -> int:
     gathers parameters in every forward and reduces gradients in every backward; one max all-reduce)."""
     if accelerator.num_processes == 1 or not _is_deepspeed(accelerator):
         return 0
+    return equal_forward_fillers(accelerator, n_chunks, device)
+
+
+def equal_forward_fillers(accelerator: Any, n_chunks: int, device: torch.device) -> int:
+    """Forwards this rank must add so that every rank runs the largest chunk count (one max all-reduce; 0 on one
+    process): the teacher and collapse scorers keep their forward counts equal on every backend, as they did with
+    row micro-batches."""
+    if accelerator is None or accelerator.num_processes == 1:
+        return 0
     most = int(accelerator.reduce(torch.tensor([n_chunks], device=device), reduction="max"))
     return most - n_chunks
 
 
-def _filler_chunk(inputs: dict[str, Any]) -> dict[str, Any]:
+def _filler_chunk(inputs: dict[str, Any], extents: tuple[list[int], list[int]]) -> dict[str, Any]:
     """The micro-batch's shortest row, trimmed: a cheap forward whose loss is multiplied by 0 (finite, so its
     gradient is exactly 0); a rank with no rows at all does not occur (compaction pads with zero-weight rows)."""
-    p_ext, c_ext = row_extents(inputs["prompt_mask"], inputs["completion_mask"])
-    r = min(range(len(p_ext)), key=lambda i: p_ext[i] + c_ext[i])
+    p_ext, c_ext = extents
+    r = shortest_row(p_ext, c_ext)
     return slice_rows(inputs, [r], max(p_ext[r], 1), max(c_ext[r], 1))
 
 
@@ -306,12 +329,12 @@ def chunked_logps(forward: Callable[..., tuple], model: Any, input_ids: torch.Te
     P = input_ids.size(1) - logits_to_keep
     inputs = {"prompt_ids": input_ids[:, :P], "prompt_mask": attention_mask[:, :P],
               "completion_ids": input_ids[:, P:], "completion_mask": attention_mask[:, P:]}
-    chunks, stats = _chunk_inputs(inputs, budget)
+    chunks, stats, extents = _chunk_inputs(inputs, budget)
     fillers = _filler_count(accelerator, len(chunks), input_ids.device) if accelerator is not None else 0
     B = input_ids.size(0)
     logps = input_ids.new_zeros((B, logits_to_keep), dtype=torch.float32)
     entropies = torch.zeros_like(logps) if compute_entropy else None
-    for rows, chunk in chunks + ([(None, _filler_chunk(inputs))] * fillers if fillers else []):
+    for rows, chunk in chunks + ([(None, _filler_chunk(inputs, extents))] * fillers if fillers else []):
         ids = torch.cat([chunk["prompt_ids"], chunk["completion_ids"]], dim=1)
         mask = torch.cat([chunk["prompt_mask"], chunk["completion_mask"]], dim=1)
         width = chunk["completion_ids"].size(1)
