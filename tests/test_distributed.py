@@ -61,8 +61,11 @@ def _load(path: Path) -> dict:
     return torch.load(path, weights_only=False)
 
 
-def _check_against_reference(results: Path, run: str, name: str) -> dict:
-    ref = _load(results / "reference" / f"{name}.rank0.pt")
+def _check_against_reference(results: Path, run: str, name: str, ref_name: str | None = None) -> dict:
+    """``name`` on 2 processes against one process (``ref_name``: a scenario trained there that must give the same
+    decisions and update, e.g. the unchunked one)."""
+    ref_name = ref_name or name
+    ref = _load(results / "reference" / f"{ref_name}.rank0.pt")
     ranks = [_load(results / run / f"{name}.rank{r}.pt") for r in (0, 1)]
     assert ranks[0]["world"] == 2
     # different local data on each rank
@@ -78,7 +81,7 @@ def _check_against_reference(results: Path, run: str, name: str) -> dict:
         T = min(d_ref["completion_ids"].shape[1], d0["completion_ids"].shape[1])
         assert torch.equal(d_ref["completion_ids"][:, :T], d0["completion_ids"][:, :T])
     # the same update as one process
-    p_ref = _load(results / "reference" / f"{name}.params.pt")
+    p_ref = _load(results / "reference" / f"{ref_name}.params.pt")
     p_two = _load(results / run / f"{name}.params.pt")
     assert p_ref.keys() == p_two.keys()
     assert max(float((p_ref[k] - p_two[k]).abs().max()) for k in p_ref) <= PARAM_TOL
@@ -291,3 +294,18 @@ def test_token_budget_balances_tokens_across_ranks(results):
     assert abs(all_kept[0] - all_kept[1]) <= longest
     assert logged("balanced_dapo_all_kept", "stages/kept_ratio") == [1.0]
     _check_against_reference(results, "world2", "balanced_dapo_all_kept")
+
+
+def test_teacher_and_collapse_scoring_in_budget_chunks_under_zero3(results):
+    """With a token budget the teacher's scoring (UECR-GRPO, teacher partitioned) and the collapse detector's
+    cross-scoring run in token-budget chunks under ZeRO-3: both ranks run the same number of teacher forwards
+    although their chunks differ, and decisions, collapse metrics and parameters equal one process's unchunked run."""
+    out = _check_against_reference(results, "world2-zero3", "budget_uecr", ref_name="uecr")
+    _check_teacher(out, partitioned=True)
+    unchunked = [_load(results / "world2-zero3" / f"uecr.rank{r}.pt")["teacher_calls"] for r in (0, 1)]
+    assert [r["teacher_calls"] for r in out["ranks"]] != unchunked, "the budget did not change the teacher's batching"
+    out = _check_against_reference(results, "world2-zero3", "budget_snr_collapse", ref_name="snr_collapse_empty_step")
+    _check_snr_collapse_empty_step(out)
+    for rank in out["ranks"]:
+        logged = [h["tokens/padded_collapse"] for h in rank["log_history"] if "tokens/padded_collapse" in h]
+        assert len(logged) == 3 and all(v > 0 for v in logged)

@@ -182,6 +182,9 @@ SUITES = {
         "budget_grpo_kl_accum": BUDGET_SCENARIOS["budget_grpo_kl_accum"],
         "budget_dapo": BUDGET_SCENARIOS["budget_dapo"],
         "balanced_grpo_kl_accum": BALANCED_SCENARIOS["balanced_grpo_kl_accum"],
+        # the teacher's and the collapse detector's scoring in token-budget chunks (forward counts kept equal)
+        "budget_uecr": ({**UECR, "micro_batch_tokens": BUDGET_TOKENS}, 2),
+        "budget_snr_collapse": ({**SNR_COLLAPSE, "micro_batch_tokens": BUDGET_TOKENS}, 3),
     },
 }
 GLOBAL_BATCH = 16
