@@ -55,6 +55,21 @@ def test_grpo_8b_estimate_names_the_backward_as_peak():
     assert est["peak_phase"] == "policy backward" and 55e9 < est["peak"] < 76e9
 
 
+def test_token_budget_bounds_the_backward_by_tokens():
+    """With micro_batch_tokens the backward holds max(budget, length) tokens whatever per_device_train_batch_size
+    says: 32 rows under a 20,480-token budget cost what 2 rows of 10,240 do (36 x 20480 x 4096 x 2 B of checkpointed
+    inputs); a budget below one row's length costs one row; the teacher's scoring likewise."""
+    shape = mem.shape_from_config(preflight.KNOWN_CONFIGS["Qwen/Qwen3-8B"])
+    launch = mem.Launch(world=4, zero_stage=3)
+    est = lambda **kw: mem.estimate(shape, launch, length=10240, reference=False, teacher=shape, **kw)  # noqa: E731
+    budget = est(rows=32, teacher_rows=16, micro_batch_tokens=20480)
+    two = est(rows=2, teacher_rows=2)
+    assert budget["phases"]["policy backward"]["checkpointed layer inputs"] == 36 * 20480 * 4096 * 2
+    assert budget["phases"] == two["phases"] and budget["peak"] == two["peak"]
+    assert est(rows=32, micro_batch_tokens=4096)["phases"] == est(rows=1, teacher_rows=1)["phases"]
+    assert est(rows=32)["peak"] > 2 * budget["peak"]  # what the rows alone would have claimed
+
+
 def report(*argv: str) -> preflight.Report:
     return preflight.run(["--config", *argv])
 

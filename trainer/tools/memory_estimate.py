@@ -16,7 +16,11 @@ what dominates. Assumptions, stated once:
 - TRL's fused LM head holds one (4,096 tokens x 32,768 vocabulary rows) tile in bf16 and its float32 copy; the
   teacher's scoring chunk holds ``teacher_chunk_tokens`` x vocabulary float32 logits three times (logits,
   log-softmax, probabilities);
-- a fixed 3 GB for the CUDA context, NCCL buffers and allocator fragmentation.
+- a fixed 3 GB for the CUDA context, NCCL buffers and allocator fragmentation;
+- with ``micro_batch_tokens`` (trainer/pipeline/token_budget.py) a forward holds at most ``max(budget, length)``
+  padded tokens (a single row longer than the budget runs alone), whatever the row count: the policy backward and
+  the teacher's scoring are counted for that many tokens, i.e. ``max(budget, length) / length`` rows of ``length``
+  (the SDPA mask, rows x length^2, is then at most tokens x length).
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ def _tile_bytes() -> float:
     return tokens * vocab * (2 + 4)
 
 
-def backward_activations(shape: Shape, rows: int, length: int, launch: Launch) -> dict[str, float]:
+def backward_activations(shape: Shape, rows: float, length: int, launch: Launch) -> dict[str, float]:
     """Activation memory of one micro-batch's backward with gradient checkpointing."""
     h, i = shape.hidden, shape.intermediate
     out = {
@@ -126,7 +130,7 @@ def backward_activations(shape: Shape, rows: int, length: int, launch: Launch) -
     return out
 
 
-def teacher_scoring(teacher: Shape, rows: int, length: int, chunk_tokens: int, launch: Launch) -> dict[str, float]:
+def teacher_scoring(teacher: Shape, rows: float, length: int, chunk_tokens: int, launch: Launch) -> dict[str, float]:
     """One no-grad teacher forward (a layer's working set) and its float32 head chunk."""
     out = {
         "teacher layer working set": rows * length * (2 * teacher.hidden + 3 * teacher.intermediate) * 2,
@@ -137,10 +141,18 @@ def teacher_scoring(teacher: Shape, rows: int, length: int, chunk_tokens: int, l
     return out
 
 
-def estimate(policy: Shape, launch: Launch, *, rows: int, length: int, reference: bool,
-             teacher: Shape | None = None, teacher_rows: int = 4, teacher_chunk_tokens: int = 512) -> dict:
+def budget_rows(length: int, micro_batch_tokens: int) -> float:
+    """Rows of ``length`` positions whose tokens equal the most one token-budget forward holds."""
+    return max(micro_batch_tokens, length) / length
+
+
+def estimate(policy: Shape, launch: Launch, *, rows: float, length: int, reference: bool,
+             teacher: Shape | None = None, teacher_rows: float = 4, teacher_chunk_tokens: int = 512,
+             micro_batch_tokens: int | None = None) -> dict:
     """Per-GPU bytes: ``resident`` terms (always held), each phase's transient terms, the per-phase totals and the
-    peak phase."""
+    peak phase. ``micro_batch_tokens`` replaces both row counts by :func:`budget_rows`."""
+    if micro_batch_tokens is not None:
+        rows = teacher_rows = budget_rows(length, micro_batch_tokens)
     resident = dict(model_states(policy, launch))
     if reference:
         resident["reference model (bf16)"] = frozen_model(policy, launch)

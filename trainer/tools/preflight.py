@@ -310,7 +310,7 @@ def run(argv: list[str]) -> Report:
         teacher = mem.shape_from_config(teacher_config) if teacher_config else None
     est = mem.estimate(shape, launch, rows=args.per_device_train_batch_size, length=length, reference=args.beta != 0,
                        teacher=teacher, teacher_rows=args.teacher_micro_batch_size,
-                       teacher_chunk_tokens=args.teacher_chunk_tokens)
+                       teacher_chunk_tokens=args.teacher_chunk_tokens, micro_batch_tokens=args.micro_batch_tokens)
     budget = (opts.gpu_memory_gb * mem.GB if opts.gpu_memory_gb else
               torch.cuda.get_device_properties(0).total_memory if cuda_here else 80 * mem.GB)
     for name, value in est["resident"].items():
