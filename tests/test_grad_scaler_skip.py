@@ -27,8 +27,10 @@ STEPS = ("overflow", "finite", "finite")
 
 def _run(skip: str) -> list[dict]:
     """Three optimizer steps; the first has overflowing gradients (``skip='native'``: left to the scaler as
-    accelerate does; ``'loss'`` / ``'grad'``: the non-finite guard skips it from the loss / the gradients) or
-    finite gradients in an empty window (``'empty'``: the empty-step skip). Returns the state after each step."""
+    accelerate does; ``'loss'`` / ``'grad'``: the non-finite guard skips it from the loss / the gradients) or is
+    an empty window (``'empty'``: the empty-step skip, armed before the window's forward; the trainer then runs
+    no forward and no backward, so on the first step nothing has been scaled before clipping's ``unscale_``).
+    Returns the state after each step."""
     Accelerator(cpu=True)  # initialises the shared state AcceleratedOptimizer reads
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
@@ -36,7 +38,8 @@ def _run(skip: str) -> list[dict]:
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     optimizer = AcceleratedOptimizer(inner, scaler=scaler)
     trainer = SimpleNamespace(optimizer=optimizer, model=model, is_deepspeed_enabled=False,
-                              accelerator=SimpleNamespace(deepspeed_engine_wrapped=None, num_processes=1),
+                              accelerator=SimpleNamespace(deepspeed_engine_wrapped=None, num_processes=1,
+                                                          device=torch.device("cpu")),
                               state=SimpleNamespace(global_step=0), _metrics={"train": defaultdict(list)})
     guard = NonFiniteGuard()
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
@@ -47,12 +50,13 @@ def _run(skip: str) -> list[dict]:
             loss = loss * float("inf")
         if i == 0 and skip == "loss":
             guard.observe_loss(trainer, loss)
-        scaler.scale(loss).backward()
+        if i == 0 and skip == "empty":
+            arm_skip(trainer)  # EmptyStepGuard.observe, at the window's last micro-batch, before its forward
+        else:
+            scaler.scale(loss).backward()
         scaler.unscale_(inner)  # HF Trainer's clip_grad_norm_ (max_grad_norm > 0) through accelerate
         if i == 0 and skip == "grad":
             guard.check_gradients(trainer)  # on_pre_optimizer_step
-        if i == 0 and skip == "empty":
-            arm_skip(trainer)
         optimizer.step()
         skipped = optimizer.step_was_skipped
         inner.zero_grad(set_to_none=True)

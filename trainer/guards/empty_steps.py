@@ -148,6 +148,12 @@ def arm_skip(trainer: Any, overflow: bool = False) -> None:
         _arm_zero_skip(zero_optimizer)
         return
     optimizer = trainer.optimizer  # accelerate's AcceleratedOptimizer
+    scaler = getattr(optimizer, "scaler", None)
+    if scaler is not None and scaler.is_enabled() and trl_contact.scaler_scale(scaler) is None:
+        # An empty step runs no backward, so when it is the first step nothing has been scaled yet and HF
+        # Trainer's gradient clipping (``unscale_``) would assert "_scale is None". Scaling a zero starts the
+        # scaler's iteration through its public API, at init_scale, exactly as the first real backward would.
+        scaler.scale(torch.zeros((), device=trainer.accelerator.device))
 
     def skipped_step(*args: Any, **kwargs: Any) -> None:
         del optimizer.step  # back to the class's step for the next call
@@ -167,8 +173,6 @@ def _end_scaler_iteration(scaler: Any, inner: Any, overflow: bool) -> None:
     back off after an overflow. A non-finite skip is recorded as the overflow it is, and the scaler's own update
     backs off (scale x backoff_factor, growth tracker reset) exactly as after a normal overflow step. An empty
     step has no gradient that could overflow: the iteration ends with the scale and growth tracker unchanged."""
-    if trl_contact.scaler_scale(scaler) is None:  # nothing was scaled yet (no backward ran): no iteration to end
-        return
     if overflow:
         trl_contact.record_scaler_overflow(scaler, inner)
         scaler.update()
