@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -320,7 +321,15 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
     out = _slurm(tmp_path, RECIPE=RECIPE, DRY_RUN="1", EXTRA_TRAIN_ARGS="--max_steps 3")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert all(line.startswith("+ ") for line in lines) and len(lines) == 3
+    assert all(line.startswith("+ ") for line in lines) and len(lines) == 4
+    preflight = shlex.split(lines.pop(0)[2:])
+    assert preflight[:2] == ["bash", "-c"]
+    words = shlex.split(preflight[2])
+    assert words[:3] == ["python", "launch/train.py", "--dry-run"]
+    for flag, value in [("--config", RECIPE), ("--num_processes", "16"), ("--tensor_parallel_size", "8"),
+                        ("--accelerate_config", "launch/accelerate/zero3_gpu_8.yaml"), ("--vllm_mode", "server"),
+                        ("--vllm_server_base_url", "http://node0:8000"), ("--max_steps", "3")]:
+        assert words[words.index(flag) + 1] == value, flag
     server = shlex.split(lines[0][2:].removesuffix(" &"))
     assert lines[0].endswith(" &") and server[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "node0"]
     assert server[5:7] == ["python", "launch/vllm_server.py"] and server[server.index("--config") + 1] == RECIPE
@@ -354,7 +363,7 @@ def test_slurm_rejects_one_node_and_missing_recipe(tmp_path):
 def test_slurm_real_path_with_fake_srun(tmp_path):
     """Server step in the background, health, training step, then the EXIT trap stops the server."""
     _fake_bin(tmp_path)
-    out = _slurm(tmp_path, cwd=tmp_path, RECIPE=str(REPO / RECIPE),
+    out = _slurm(tmp_path, cwd=tmp_path, RECIPE=str(REPO / RECIPE), PREFLIGHT="0",
                  ACCELERATE_CONFIG=str(REPO / "launch/accelerate/zero3_gpu_8.yaml"))
     assert out.returncode == 0, out.stderr
     log = (tmp_path / "srun.log").read_text().splitlines()
@@ -368,12 +377,40 @@ def test_slurm_real_path_with_fake_srun(tmp_path):
 def test_slurm_fails_when_server_never_gets_healthy(tmp_path, server, wait, message):
     _fake_bin(tmp_path, server=server, curl_ok=False)
     t0 = time.monotonic()
-    out = _slurm(tmp_path, cwd=tmp_path, RECIPE=str(REPO / RECIPE), SERVER_WAIT=wait,
+    out = _slurm(tmp_path, cwd=tmp_path, RECIPE=str(REPO / RECIPE), SERVER_WAIT=wait, PREFLIGHT="0",
                  ACCELERATE_CONFIG=str(REPO / "launch/accelerate/zero3_gpu_8.yaml"))
     assert out.returncode != 0 and message in out.stderr, out.stderr
     assert time.monotonic() - t0 < 15 and "accelerate" not in (tmp_path / "srun.log").read_text()
     if server == "sleep":
         assert _gone(int((tmp_path / "server.pid").read_text()))  # the EXIT trap stopped the server step
+
+
+def _preflight_slurm(tmp_path, **env) -> subprocess.CompletedProcess:
+    """The real path from a submit directory holding the repo's launch/ (the script runs it relative, as from the
+    repo root), with the real preflight under this interpreter."""
+    _fake_bin(tmp_path)
+    (tmp_path / "launch").symlink_to(REPO / "launch")
+    return _slurm(tmp_path, cwd=tmp_path, RECIPE=str(REPO / RECIPE), PYTHON=sys.executable, WANDB_MODE="offline",
+                  ACCELERATE_CONFIG=str(REPO / "launch/accelerate/zero3_gpu_8.yaml"), **env)
+
+
+def test_slurm_preflight_stops_a_launch_the_trainer_would_refuse(tmp_path):
+    """The recipe is sized for 4 training processes; 2 nodes x 8 GPUs would be refused by the trainer only after
+    the server had started. The preflight stops it before any srun."""
+    out = _preflight_slurm(tmp_path)
+    assert out.returncode != 0, out.stderr
+    assert "the preflight of this launch failed" in out.stderr and "PREFLIGHT=0" in out.stderr
+    assert re.search(r"^FAIL world size .*16 processes.*launch_processes 4", out.stderr, re.M), out.stderr
+    assert not (tmp_path / "srun.log").exists()  # no node was used
+
+
+def test_slurm_preflight_passes_then_launches(tmp_path):
+    out = _preflight_slurm(tmp_path, EXTRA_TRAIN_ARGS="--launch_processes 16 --weight_sync disk")
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^ok +world size +16 processes", out.stderr, re.M) and "\nFAIL" not in out.stderr
+    log = (tmp_path / "srun.log").read_text().splitlines()
+    assert "vllm_server.py" in log[0] and "accelerate launch" in log[1] and "--launch_processes 16" in log[1]
+    assert _gone(int((tmp_path / "server.pid").read_text()))
 
 
 def test_slurm_script_passes_shellcheck():
