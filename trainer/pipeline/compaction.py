@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from trainer.pipeline.batch import gather_padded
-from trainer.pipeline.rank_balance import balanced_shares
+from trainer.pipeline.rank_balance import balanced_shares, round_robin_shares
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def compact(
         shares = balanced_shares(real.tolist(), world)
         filler_at = int(real.argmin())  # the cheapest row to carry at weight zero
     else:
-        shares = [list(range(r, K, world)) for r in range(world)]
+        shares = round_robin_shares(K, world)
         filler_at = 0
     mine = kept[torch.tensor(shares[rank], dtype=torch.long, device=kept.device)]
     filler = kept[filler_at] if K else torch.tensor(0, device=keep.device)

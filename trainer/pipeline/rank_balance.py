@@ -21,9 +21,14 @@ import heapq
 from typing import Sequence
 
 
+def round_robin_shares(rows: int, world: int) -> list[list[int]]:
+    """Rows ``0..rows-1`` dealt round-robin over ``world`` processes: row i to process i mod world."""
+    return [list(range(rank, rows, world)) for rank in range(world)]
+
+
 def round_robin_counts(rows: int, world: int) -> list[int]:
     """Rows each process holds when ``rows`` rows are dealt round-robin over ``world`` processes."""
-    return [len(range(rank, rows, world)) for rank in range(world)]
+    return [len(share) for share in round_robin_shares(rows, world)]
 
 
 def balanced_shares(costs: Sequence[float], world: int) -> list[list[int]]:
@@ -49,7 +54,7 @@ def balanced_shares(costs: Sequence[float], world: int) -> list[list[int]]:
     shares.sort(key=lambda share: (-len(share), min(share, default=n)))  # full shares first, then by first item
     totals = [float(sum(costs[i] for i in share)) for share in shares]
     _improve_by_swaps(costs, shares, totals)
-    rr = [list(range(r, n, world)) for r in range(world)]
+    rr = round_robin_shares(n, world)
     if max(sum(costs[i] for i in share) for share in rr) <= max(totals):
         return rr
     return [sorted(share) for share in shares]
