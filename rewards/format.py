@@ -33,7 +33,7 @@ def make_answer_format_penalty(penalty: float = -0.1, think_prefilled: bool = Fa
             # The tag counts are checked BEFORE the regex (same result, the conjunction is only reordered): on
             # a degenerate repetition loop ("<think>a</think><answer>b</answer>" * 5000 + "x") the lazy groups
             # make fullmatch backtrack over every "</think>" x every "</answer>", quadratic -- 5 s for one
-            # 194k-character completion (tests/test_reward_fuzz.py). With one <think> and one <answer> the
+            # 194k-character completion (tests/verifier/test_reward_fuzz.py). With one <think> and one <answer> the
             # regex has a single viable split and runs in linear time.
             ok = text.count("<think>") == 1 and text.count("<answer>") == 1
             if ok:

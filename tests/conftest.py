@@ -1,5 +1,8 @@
 """Test-wide settings: offline hub, quiet TRL, the repo root importable, and the tiny model fixture."""
 
+import ctypes
+import ctypes.util
+import gc
 import os
 import sys
 from pathlib import Path
@@ -20,6 +23,37 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+def pytest_configure(config):
+    """Register the resource probe (tests/resource_probe.py): per-test time and RSS, the suite's peak RSS."""
+    from resource_probe import ResourceProbe
+
+    config.pluginmanager.register(ResourceProbe(config), "winnow-resource-probe")
+
+
+# Memory is given back after any test that leaves this process above RELEASE_ABOVE bytes resident: a full garbage
+# collection (trainers hold reference cycles through their callbacks and accelerator) and glibc's malloc_trim, which
+# returns freed heap pages to the system. Without the trim a freed SmolLM2 training run stays resident (glibc keeps
+# the pages of freed tensors below its dynamic mmap threshold in its arenas); measured in docs/testing.md.
+RELEASE_ABOVE = 1 << 30
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if sys.platform.startswith("linux") else None
+
+
+def release_memory() -> None:
+    """Collect garbage and return the freed heap to the OS (glibc ``malloc_trim``)."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the test's own fixtures are torn down: release memory when this process holds over RELEASE_ABOVE."""
+    import psutil
+
+    if psutil.Process().memory_info().rss > RELEASE_ABOVE:
+        release_memory()
+
+
 @pytest.fixture(scope="session")
 def tiny_model() -> str:
     """Path of the tiny random Qwen3 saved to disk (TRL reloads models by path)."""
@@ -28,59 +62,60 @@ def tiny_model() -> str:
     return tiny_model_path()
 
 
-# Test tiers, assigned by file (docs/testing.md). `make test-fast` runs `-m unit`; `make test` runs every tier.
+# Test tiers follow the folder (docs/testing.md): tests mirror the package, and each folder is one tier.
+# `make test-fast` runs the unit folders; `make test` runs every folder.
 #   unit        -- pure functions and small modules: no trainer built, no model forward, no worker pool or launch
 #                  (a short interpreter for a hash-seed determinism check aside)
 #   integration -- the real trainer (or a real model) in-process on the tiny model: a few steps, against TRL or
 #                  hand-written references
 #   e2e         -- separate processes: accelerate launches, multi-process/ZeRO-3 scenarios, a real vLLM server,
 #                  launch/*.py and recipes run as a user would
-# A file not listed falls back by name (test_algorithms_* -> unit) and otherwise to integration, so a new file is
-# never silently counted as fast; a test that carries a tier marker itself keeps it.
-TIER_BY_FILE = {
-    "unit": {
-        "test_algorithms_collapse_metrics.py", "test_algorithms_dapo.py", "test_algorithms_dropout.py",
-        "test_algorithms_grpo.py", "test_algorithms_losses.py", "test_algorithms_snr_filter.py",
-        "test_algorithms_uecr.py", "test_alpha_sweep.py", "test_countdown.py", "test_countdown_ragen.py",
-        "test_env_episode.py", "test_env_frozenlake.py", "test_env_fuzz.py", "test_env_sokoban.py",
-        "test_eval_benchmarks.py", "test_eval_configs.py", "test_eval_metrics.py", "test_frozenlake_ragen.py",
-        "test_ragen_prompts.py", "test_rewards_format.py",
-        "test_seams_statistics.py", "test_data.py", "test_metamath.py", "test_recipes.py", "test_stage_registry.py",
-        "test_grad_scaler_skip.py", "test_gpu_devices.py", "test_collapse_ragen.py", "test_import_contracts.py",
-        "test_docs_links.py", "test_rewards_compat.py", "test_eval_prompt_presets.py",
-        "test_sokoban_upstream_cases.py",
-    },
-    "integration": {
-        "test_assets.py", "test_collapse_detector.py", "test_compaction.py", "test_cov_losses_trainer.py",
-        "test_dapo_trainer.py", "test_drop_in.py", "test_entropy_aggregation.py", "test_env_rollout_trainer.py",
-        "test_equals_trl_drifted.py", "test_gpu_precision.py", "test_grpodropout_fidelity.py",
-        "test_grpodropout_trainer.py", "test_moe_aux_loss.py", "test_numerics_guard.py",
-        "test_pipeline_and_config.py", "test_ragen_validation.py", "test_reward_variance_stop.py", "test_rollout.py",
-        "test_sampler_logps.py", "test_seams_trainer.py", "test_snr_trainer.py", "test_step_dealing.py",
-        "test_teacher.py", "test_think_prefill.py", "test_trainer_equivalence.py", "test_uecr_trainer.py",
-        "test_wandb.py", "test_weight_sync.py", "test_vllm_server_faults.py", "test_preflight.py",
-        "test_gpu_launch_checks.py", "test_gpu_server_flags.py", "test_reward_fuzz.py", "test_rewards_math.py",
-    },
-    "e2e": {
-        "test_baseline_recipes_smoke.py", "test_distributed.py", "test_eval_runner.py", "test_gpu_recipes.py",
-        "test_grpodropout_recipe_smoke.py", "test_launch_scripts.py", "test_resume_exact.py", "test_train_cli.py",
-        "test_train_entrypoint.py", "test_vllm_server_real.py", "test_import_cycles.py",
-    },
+TIER_BY_FOLDER = {
+    "algorithms": "unit", "envs": "unit", "rewards": "unit", "data": "unit", "eval": "unit", "config": "unit",
+    "contracts": "unit",
+    "methods": "integration", "pipeline": "integration", "trainer": "integration", "rollout": "integration",
+    "gpu": "integration", "verifier": "integration",
+    "server": "e2e", "distributed": "e2e", "e2e": "e2e",
 }
-TIERS = tuple(TIER_BY_FILE)
-_FILE_TIER = {name: tier for tier, names in TIER_BY_FILE.items() for name in names}
+TIERS = ("unit", "integration", "e2e")
+TESTS = Path(__file__).resolve().parent
 
 
-def tier_of(filename: str) -> str:
-    """The tier of a test file: the table above, else test_algorithms_* -> unit, else integration."""
-    if filename in _FILE_TIER:
-        return _FILE_TIER[filename]
-    return "unit" if filename.startswith("test_algorithms_") else "integration"
+def tier_of(path: Path) -> str:
+    """The tier of a test file, from its folder under tests/ (a test file anywhere else is an error)."""
+    folder = Path(path).resolve().relative_to(TESTS).parts[0]
+    if folder not in TIER_BY_FOLDER:
+        raise pytest.UsageError(f"{path}: test files live in a tier folder of tests/ ({', '.join(TIER_BY_FOLDER)}); "
+                                "add the folder to TIER_BY_FOLDER in tests/conftest.py or move the file")
+    return TIER_BY_FOLDER[folder]
 
 
+# How `make test` deals the suite out (docs/testing.md, "How the suite runs"):
+# - SERIAL: files whose tests start two busy training processes (2-process DDP / ZeRO-3 launches) or a vLLM server
+#   next to the trainer: marked `serial`, run alone after the parallel part, so they never share the cores.
+# - every other file is one xdist work unit (its module fixtures are built once, on one worker), except the SPLIT
+#   files, whose tests share nothing costly and are dealt to the workers one by one;
+# - COSTLY_FIRST: work units are handed out in collection order, so the longest files (measured, docs/testing.md)
+#   start first and the workers finish together instead of one waiting on a late long file.
+SERIAL = {"distributed/test_distributed.py", "server/test_vllm_server_real.py"}
+SPLIT = {"e2e/test_baseline_recipes_smoke.py", "e2e/test_train_cli.py"}
+COSTLY_FIRST = ["distributed/test_one_process_reference.py"]
+
+
+def _rel(item) -> str:
+    return Path(item.path).resolve().relative_to(TESTS).as_posix()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks and xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Mark every collected test with its file's tier unless it already carries one."""
+    """Mark every collected test with its folder's tier, ``serial`` where it must run alone, and its xdist work unit;
+    put the costliest files first."""
+    rank = {name: i for i, name in enumerate(COSTLY_FIRST)}
+    items.sort(key=lambda item: rank.get(_rel(item), len(rank)))  # stable: file order kept otherwise
     for item in items:
-        if any(item.get_closest_marker(tier) for tier in TIERS):
-            continue
-        item.add_marker(getattr(pytest.mark, tier_of(item.path.name)))
+        rel = _rel(item)
+        item.add_marker(getattr(pytest.mark, tier_of(item.path)))
+        if rel in SERIAL:
+            item.add_marker(pytest.mark.serial)
+        if rel not in SPLIT:
+            item.add_marker(pytest.mark.xdist_group(rel))

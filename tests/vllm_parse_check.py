@@ -1,4 +1,4 @@
-"""Run by the vLLM server's interpreter (tests/test_gpu_server_flags.py): parse launcher commands with vLLM's own
+"""Run by the vLLM server's interpreter (tests/gpu/test_gpu_server_flags.py): parse launcher commands with vLLM's own
 server argument parser. stdin: a JSON list of argv lists; stdout: a JSON list of null (accepted) or the error."""
 
 import contextlib

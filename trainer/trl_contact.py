@@ -2,8 +2,9 @@
 
 Why one file: these contacts are not public API, so a new release of the library can move or rename them without
 notice. Kept here, an upgrade reviews one file (docs/trl-contacts.md lists each contact, why it exists and the
-version behaviour it relies on), and ``tests/test_trl_contact.py`` fails when a private access appears anywhere
-else in ``trainer/``. Other modules call the small named functions below instead of reaching for the attribute.
+version behaviour it relies on), and ``tests/contracts/test_trl_contact.py`` fails when a private access appears
+anywhere else in ``trainer/``. Other modules call the small named functions below instead of reaching for the
+attribute.
 
 Importing this module checks the installed versions of the libraries it touches (trl, accelerate, deepspeed and
 vllm where installed) against the ranges pyproject.toml declares, once (:func:`check_versions`).

@@ -1,4 +1,4 @@
-"""Multi-process training scenarios, run by tests/test_distributed.py.
+"""Multi-process training scenarios, run by tests/distributed/test_distributed.py.
 
 One launch runs several scenarios back to back (each launch costs ~15 s of start-up):
 

@@ -1,5 +1,5 @@
 """Weight sync under DeepSpeed ZeRO-3 with two processes, against a real vLLM server (run by
-tests/test_vllm_server_real.py):
+tests/server/test_vllm_server_real.py):
 
     accelerate launch --config_file launch/accelerate/zero3_cpu_2.yaml tests/distributed/server_sync.py \\
         --url http://127.0.0.1:PORT --model DIR --out DIR

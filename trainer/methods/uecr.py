@@ -55,7 +55,7 @@ def _masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str,
     values = x[mask.bool()].double()
     if values.numel() == 0:
         return {}
-    # q on the values' device: torch.quantile refuses a CPU q with CUDA values (tests/test_gpu_devices.py)
+    # q on the values' device: torch.quantile refuses a CPU q with CUDA values (tests/gpu/test_gpu_devices.py)
     q = torch.quantile(values[:100_000], torch.tensor([0.1, 0.5, 0.9], dtype=values.dtype, device=values.device))
     return {f"{prefix}_mean": float(values.mean()), f"{prefix}_std": float(values.std(unbiased=False)),
             f"{prefix}_p10": float(q[0]), f"{prefix}_p50": float(q[1]), f"{prefix}_p90": float(q[2])}

@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -60,17 +61,21 @@ class MetricsFileCallback(TrainerCallback):
 class _TiedKeysFilter(logging.Filter):
     """Drop transformers' "There were missing keys in the checkpoint model loaded: [...]" when every missing key
     is a parameter tied to another one: safetensors stores a tied tensor once (``lm_head.weight`` shares the
-    embedding's storage), so the load restores it through its twin and nothing is missing."""
+    embedding's storage), so the load restores it through its twin and nothing is missing.
+
+    The filter lives on a module-level logger, so it holds its trainer weakly: a strong reference kept every trainer
+    (and its model, optimizer and buffers) alive for the life of the process, one per ``build_trainer`` call."""
 
     def __init__(self, trainer: Any):
         super().__init__()
-        self.trainer = trainer
+        self.trainer = weakref.ref(trainer)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if not message.startswith("There were missing keys in the checkpoint model loaded:"):
+        trainer = self.trainer()
+        if trainer is None or not message.startswith("There were missing keys in the checkpoint model loaded:"):
             return True
-        return not set(_listed_keys(message)) <= tied_parameter_names(self.trainer.model)
+        return not set(_listed_keys(message)) <= tied_parameter_names(trainer.model)
 
 
 def _listed_keys(message: str) -> list[str]:
@@ -91,8 +96,12 @@ def tied_parameter_names(model: Any) -> set[str]:
 
 
 def quiet_tied_weight_warning(trainer: Any) -> None:
-    """Install :class:`_TiedKeysFilter` on the Trainer's logger for ``trainer``."""
-    logging.getLogger("transformers.trainer").addFilter(_TiedKeysFilter(trainer))
+    """Install :class:`_TiedKeysFilter` on the Trainer's logger for ``trainer`` (dropping the filters of trainers
+    that no longer exist, so building many trainers in one process does not stack them)."""
+    logger = logging.getLogger("transformers.trainer")
+    for old in [f for f in logger.filters if isinstance(f, _TiedKeysFilter) and f.trainer() is None]:
+        logger.removeFilter(old)
+    logger.addFilter(_TiedKeysFilter(trainer))
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

