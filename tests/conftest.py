@@ -70,10 +70,13 @@ def tiny_model() -> str:
 #                  hand-written references
 #   e2e         -- separate processes: accelerate launches, multi-process/ZeRO-3 scenarios, a real vLLM server,
 #                  launch/*.py and recipes run as a user would
+# No folder is named like a package of this repo (trainer, rewards, envs): tests/ is on sys.path for the helpers
+# (harness.py, ...), and with the editable install a folder of that name would be imported as a namespace package
+# in place of the real one by any script that puts tests/ first (tests/distributed/scenarios.py does).
 TIER_BY_FOLDER = {
-    "algorithms": "unit", "envs": "unit", "rewards": "unit", "data": "unit", "eval": "unit", "config": "unit",
-    "contracts": "unit",
-    "methods": "integration", "pipeline": "integration", "trainer": "integration", "rollout": "integration",
+    "algorithms": "unit", "environments": "unit", "reward_functions": "unit", "data": "unit", "eval": "unit",
+    "config": "unit", "contracts": "unit",
+    "methods": "integration", "pipeline": "integration", "grpo_trainer": "integration", "rollout": "integration",
     "gpu": "integration", "verifier": "integration",
     "server": "e2e", "distributed": "e2e", "e2e": "e2e",
 }
@@ -93,12 +96,10 @@ def tier_of(path: Path) -> str:
 # How `make test` deals the suite out (docs/testing.md, "How the suite runs"):
 # - SERIAL: files whose tests start two busy training processes (2-process DDP / ZeRO-3 launches) or a vLLM server
 #   next to the trainer: marked `serial`, run alone after the parallel part, so they never share the cores.
-# - every other file is one xdist work unit (its module fixtures are built once, on one worker), except the SPLIT
-#   files, whose tests share nothing costly and are dealt to the workers one by one;
+# - every other file is one xdist work unit (`--dist loadfile`: its module fixtures are built once, on one worker);
 # - COSTLY_FIRST: work units are handed out in collection order, so the longest files (measured, docs/testing.md)
 #   start first and the workers finish together instead of one waiting on a late long file.
 SERIAL = {"distributed/test_distributed.py", "server/test_vllm_server_real.py"}
-SPLIT = {"e2e/test_baseline_recipes_smoke.py", "e2e/test_train_cli.py"}
 COSTLY_FIRST = ["distributed/test_one_process_reference.py"]
 
 
@@ -106,10 +107,10 @@ def _rel(item) -> str:
     return Path(item.path).resolve().relative_to(TESTS).as_posix()
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks and xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these marks
 def pytest_collection_modifyitems(config, items):
-    """Mark every collected test with its folder's tier, ``serial`` where it must run alone, and its xdist work unit;
-    put the costliest files first."""
+    """Mark every collected test with its folder's tier and ``serial`` where it must run alone; put the costliest
+    files first."""
     rank = {name: i for i, name in enumerate(COSTLY_FIRST)}
     items.sort(key=lambda item: rank.get(_rel(item), len(rank)))  # stable: file order kept otherwise
     for item in items:
@@ -117,5 +118,3 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(getattr(pytest.mark, tier_of(item.path)))
         if rel in SERIAL:
             item.add_marker(pytest.mark.serial)
-        if rel not in SPLIT:
-            item.add_marker(pytest.mark.xdist_group(rel))

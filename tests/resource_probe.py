@@ -102,8 +102,10 @@ class ResourceProbe:
             self.out.mkdir(parents=True, exist_ok=True)
             self.lines = open(self.out / f"tests.{self.worker or 'main'}.jsonl", "a")
         self.rss_before = 0
+        self.runs_tests = False  # an xdist controller only receives its workers' reports: it writes no lines
 
     def _phase_start(self) -> None:
+        self.runs_tests = True
         self.rss_before = self.sampler.proc.memory_info().rss
         self.sampler.reset_window()
 
@@ -117,7 +119,7 @@ class ResourceProbe:
         self._phase_start()
 
     def pytest_runtest_logreport(self, report) -> None:
-        if self.lines is None:
+        if self.lines is None or not self.runs_tests:
             return
         rss = self.sampler.proc.memory_info().rss
         self.lines.write(json.dumps({

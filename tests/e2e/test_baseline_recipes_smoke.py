@@ -54,9 +54,10 @@ FAMILIES = {
 #                       values in tests/config/test_recipes.py;
 #   beyond8020       -- the distributed beyond8020 scenario (TRL's entropy mask, the same tokens on 1 and 2
 #                       processes) and the recipe's top_entropy_quantile in tests/config/test_recipes.py;
-#   drgrpo           -- dr_grpo's loss vs TRL in tests/trainer/test_trainer_equivalence.py, the distributed
-#                       off_dr_grpo scenario, the Countdown task in tests/rewards/test_countdown.py, snr/kept_groups
-#                       in tests/methods/test_snr_trainer.py and the recipe in tests/config/test_recipes.py.
+#   drgrpo           -- dr_grpo's loss vs TRL in tests/grpo_trainer/test_trainer_equivalence.py, the distributed
+#                       off_dr_grpo scenario, the Countdown task in tests/reward_functions/test_countdown.py,
+#                       snr/kept_groups in tests/methods/test_snr_trainer.py and the recipe in
+#                       tests/config/test_recipes.py.
 IN_MAKE_TEST = {"dapo"}
 
 

@@ -319,7 +319,12 @@ def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_
     """import_modules runs before the recipe is checked: a user's stage name is valid in the same recipe, and a
     dotted reward path works as in `trl grpo`."""
     from trainer.config.recipe import parse_recipe, prepare_run
+    from trainer.pipeline import stages
 
+    # the user's stage lives in this test only: later tests (tests/gpu/test_gpu_devices.py lists every stage) must
+    # not see it, whichever order a worker runs them in (built-ins loaded first, so the copy holds them)
+    stages.available("rollout_filter")
+    monkeypatch.setattr(stages, "_REGISTRY", {kind: dict(named) for kind, named in stages._REGISTRY.items()})
     pkg = tmp_path / "user_ext_cli"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")

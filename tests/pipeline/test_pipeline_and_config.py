@@ -138,7 +138,7 @@ def test_sampler_logps_without_sampler_fails_before_model_load(tmp_path):
 
 
 def test_trainer_rejects_args_that_are_no_grpo_config(tiny_model, tmp_path):
-    """A plain GRPOConfig is accepted (tests/trainer/test_drop_in.py); anything else is a TypeError naming
+    """A plain GRPOConfig is accepted (tests/grpo_trainer/test_drop_in.py); anything else is a TypeError naming
     WinnowConfig."""
     with pytest.raises(TypeError, match="WinnowConfig"):
         WinnowGRPOTrainer(model=tiny_model, reward_funcs=reward_token_parity, args={"output_dir": str(tmp_path)},

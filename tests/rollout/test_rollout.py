@@ -2,7 +2,7 @@
 
 Episodes are played by the tiny random Qwen3 (real ``generate``) or, where the test needs well-formed
 Qwen3 answers, by a scripted policy behind the same backend interface. Environment: the ``Line`` walk of
-tests/envs/test_env_episode.py (the real Sokoban/FrozenLake runs are in tests/rollout/test_env_rollout_trainer.py)."""
+tests/line_env.py (the real Sokoban/FrozenLake runs are in tests/rollout/test_env_rollout_trainer.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Skip an optimizer step whose loss or gradient is not finite, so no NaN or inf ever reaches the weights.
 
 The stages are written to stay finite on every input they can meet (zero-variance groups, unscorable
-rollouts, single-token completions, extreme surprisal -- tests/trainer/test_numerics_guard.py feeds each of them
+rollouts, single-token completions, extreme surprisal -- tests/grpo_trainer/test_numerics_guard.py feeds each of them
 through every stage), and reward functions that return inf/NaN are stopped by the reward guard. This is the
 last line: if a loss or a gradient is ever non-finite anyway -- a numerically broken model, a custom stage,
 an overflow -- the optimizer step of that accumulation window is skipped the way an empty step is

@@ -1,6 +1,6 @@
 """Hand-computed cases of the answer parser (envs/parsing.py) and the episode rules (envs/episode.py).
 
-The fuzz test (tests/envs/test_env_fuzz.py) checks the same rules against an independent oracle on thousands of
+The fuzz test (tests/environments/test_env_fuzz.py) checks the same rules against an independent oracle on thousands of
 hostile texts; these pin the documented behaviour case by case."""
 
 from __future__ import annotations
