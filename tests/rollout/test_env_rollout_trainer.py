@@ -18,7 +18,10 @@ CPU_SCALE = [
     "--num_generations", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
     "--steps_per_generation", "1", "--max_steps", "1", "--max_turns", "2", "--turn_max_tokens", "8",
     "--max_completion_length", "300", "--collapse_every", "1", "--collapse_num_samples", "4",
-    "--collapse_max_tokens", "20000", "--logging_steps", "1", "--save_strategy", "no", "--learning_rate", "1e-3",
+    "--collapse_max_tokens", "20000",
+    # 16 trace x prompt pairs of ~300 tokens, scored 4 per forward (not 16): the same scores (chunked = unchunked,
+    # tests/methods/test_collapse_detector.py) at a quarter of the logits' memory (151,936-token vocabulary)
+    "--collapse_micro_batch_size", "4", "--logging_steps", "1", "--save_strategy", "no", "--learning_rate", "1e-3",
     "--dataset_kwargs", '{"num_levels": 16}', "--disable_tqdm", "true",
 ]
 
