@@ -100,7 +100,13 @@ def tier_of(path: Path) -> str:
 # - COSTLY_FIRST: work units are handed out in collection order, so the longest files (measured, docs/testing.md)
 #   start first and the workers finish together instead of one waiting on a late long file.
 SERIAL = {"distributed/test_distributed.py", "server/test_vllm_server_real.py"}
-COSTLY_FIRST = ["distributed/test_one_process_reference.py"]
+COSTLY_FIRST = [  # measured with tests/probe_report.py (docs/testing.md), longest first
+    "distributed/test_one_process_reference.py", "e2e/test_resume_exact.py", "e2e/test_baseline_recipes_smoke.py",
+    "methods/test_uecr_trainer.py",
+    "e2e/test_eval_runner.py", "pipeline/test_step_dealing.py", "grpo_trainer/test_equals_trl_drifted.py",
+    "methods/test_cov_losses_trainer.py", "e2e/test_train_entrypoint.py", "grpo_trainer/test_numerics_guard.py",
+    "pipeline/test_compaction.py", "rollout/test_env_rollout_trainer.py", "verifier/test_reward_fuzz.py",
+]
 
 
 def _rel(item) -> str:

@@ -47,7 +47,7 @@ FAMILIES = {
 }
 
 
-# `make test` runs the DAPO family (dynamic sampling, overlong shaping, the most machinery of any baseline recipe);
+# `make test` runs the DAPO family (dynamic sampling, and the only run of overlong shaping through a recipe);
 # the others (~60-150 s each on SmolLM2) run in `make test-slow`. What still covers each of them in `make test`:
 #   clip_cov, kl_cov -- tests/methods/test_cov_losses_trainer.py (token choices and loss vs TRL's, selected_frac
 #                       logged by the real trainer), the distributed clip_cov / kl_cov scenarios, and the recipe's
