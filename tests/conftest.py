@@ -80,7 +80,6 @@ TIER_BY_FOLDER = {
     "gpu": "integration", "verifier": "integration",
     "server": "e2e", "distributed": "e2e", "e2e": "e2e",
 }
-TIERS = ("unit", "integration", "e2e")
 TESTS = Path(__file__).resolve().parent
 
 

@@ -78,14 +78,6 @@ class _Sampler(threading.Thread):
         self.sample()
 
 
-def _hwm_bytes() -> int:
-    """This process's own peak RSS (VmHWM), in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 class ResourceProbe:
     """The plugin object (see the module docstring)."""
 
@@ -125,7 +117,7 @@ class ResourceProbe:
         self.lines.write(json.dumps({
             "nodeid": report.nodeid, "phase": report.when, "outcome": report.outcome,
             "duration_s": round(report.duration, 3), "rss_before": self.rss_before, "rss_after": rss,
-            "tree_peak": max(self.sampler.window_peak, rss), "hwm": _hwm_bytes(), "worker": self.worker or "main",
+            "tree_peak": max(self.sampler.window_peak, rss), "worker": self.worker or "main",
         }) + "\n")
         self.lines.flush()
 

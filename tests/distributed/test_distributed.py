@@ -15,7 +15,6 @@ import pytest
 import torch
 from launches import SCRIPT, one_process_reference, run_logged
 
-ROOT = Path(__file__).resolve().parents[2]
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step",
                  "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked",
