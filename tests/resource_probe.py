@@ -2,10 +2,11 @@
 
 Registered by tests/conftest.py. Two parts:
 - in the process that runs tests (the only one without xdist, each worker with it), one JSON line per test phase
-  (setup / call / teardown): its duration, this process's RSS before and after, and the peak RSS of this process
-  plus its children (the launched processes, the vLLM server) during the phase;
+  (setup / call / teardown): its duration and end time, this process's RSS before and after, its own peak RSS
+  during the phase, and the peak RSS of this process plus its children (the launched processes, the vLLM server);
 - in the controlling process (the only one without xdist, the xdist controller with it), a sampler of the whole
-  process tree: the peak of the summed RSS of pytest and its workers, and of those plus everything they started.
+  process tree: the peak RSS of the largest pytest process, the peak of the summed RSS of pytest and its workers,
+  and of those plus everything they started.
 
 With ``WINNOW_PROBE_DIR`` set, the lines go to ``<dir>/tests.<worker>.jsonl`` and one summary line per pytest run
 to ``<dir>/summary.jsonl``; tests/probe_report.py turns them into the per-file table of docs/testing.md. Without it
@@ -40,16 +41,17 @@ def _is_xdist_worker(proc: psutil.Process) -> bool:
         return False
 
 
-def _tree_rss(proc: psutil.Process) -> tuple[int, int]:
+def _tree_rss(proc: psutil.Process) -> tuple[int, int, int]:
     """(summed RSS of ``proc`` and all its descendants, summed RSS of the pytest processes alone: ``proc`` and its
-    xdist workers, without what they launched)."""
+    xdist workers, without what they launched, and the largest of those pytest processes)."""
     try:
         children = proc.children(recursive=True)
         workers = [p for p in proc.children() if _is_xdist_worker(p)]
     except psutil.Error:
-        return 0, 0
+        return 0, 0, 0
     own = _rss(proc)
-    return own + sum(_rss(p) for p in children), own + sum(_rss(p) for p in workers)
+    pytest_rss = [own] + [_rss(p) for p in workers]
+    return own + sum(_rss(p) for p in children), sum(pytest_rss), max(pytest_rss)
 
 
 class _Sampler(threading.Thread):
@@ -58,14 +60,16 @@ class _Sampler(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True, name="resource-probe")
         self.proc = psutil.Process()
-        self.peak = self.pytest_peak = self.window_peak = 0
+        self.peak = self.pytest_peak = self.process_peak = self.window_peak = self.own_window_peak = 0
         self.stopped = threading.Event()
 
     def sample(self) -> int:
         """Take one sample; returns the tree's summed RSS."""
-        tree, pytest_only = _tree_rss(self.proc)
+        tree, pytest_only, largest = _tree_rss(self.proc)
+        self.own_window_peak = max(self.own_window_peak, _rss(self.proc))
         self.peak = max(self.peak, tree)
         self.pytest_peak = max(self.pytest_peak, pytest_only)
+        self.process_peak = max(self.process_peak, largest)
         self.window_peak = max(self.window_peak, tree)
         return tree
 
@@ -74,7 +78,7 @@ class _Sampler(threading.Thread):
             self.sample()
 
     def reset_window(self) -> None:
-        self.window_peak = 0
+        self.window_peak = self.own_window_peak = 0
         self.sample()
 
 
@@ -117,7 +121,8 @@ class ResourceProbe:
         self.lines.write(json.dumps({
             "nodeid": report.nodeid, "phase": report.when, "outcome": report.outcome,
             "duration_s": round(report.duration, 3), "rss_before": self.rss_before, "rss_after": rss,
-            "tree_peak": max(self.sampler.window_peak, rss), "worker": self.worker or "main",
+            "tree_peak": max(self.sampler.window_peak, rss), "own_peak": max(self.sampler.own_window_peak, rss),
+            "end": round(time.time(), 2), "worker": self.worker or "main",
         }) + "\n")
         self.lines.flush()
 
@@ -129,7 +134,8 @@ class ResourceProbe:
         if self.worker is not None:
             return
         summary = {"wall_s": round(time.time() - self.started, 1), "tree_peak_rss": self.sampler.peak,
-                   "pytest_peak_rss": self.sampler.pytest_peak, "tests": session.testscollected,
+                   "pytest_peak_rss": self.sampler.pytest_peak, "process_peak_rss": self.sampler.process_peak,
+                   "tests": session.testscollected,
                    "markexpr": session.config.option.markexpr, "exitstatus": int(session.exitstatus)}
         if self.out is not None:
             with open(self.out / "summary.jsonl", "a") as fh:  # one line per pytest run (make test runs two)
@@ -140,6 +146,7 @@ class ResourceProbe:
         summary = self.summary
         if summary:
             terminalreporter.write_line(
-                f"resource probe: pytest wall {summary['wall_s'] / 60:.1f} min, peak RSS of the pytest processes "
+                f"resource probe: pytest wall {summary['wall_s'] / 60:.1f} min, peak RSS of one pytest process "
+                f"{summary['process_peak_rss'] / 2**30:.2f} GiB, of the pytest processes together "
                 f"{summary['pytest_peak_rss'] / 2**30:.2f} GiB, of everything they started with them "
                 f"{summary['tree_peak_rss'] / 2**30:.2f} GiB")

@@ -19,6 +19,7 @@ decisions its pipeline made and the rows it held; the main process writes the fi
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
@@ -206,6 +207,18 @@ def sokoban_rollout():
     return level_dataset("sokoban", 64, 10_000), rollout, [rewards.get_reward("env_return")]
 
 
+@functools.cache
+def policy_tokenizer():
+    """The tiny model's tokenizer, loaded as TRL's GRPOTrainer loads it from the model path (left padding and
+    truncation), once per process: a launch runs every scenario back to back and a load takes ~1 s. No trainer
+    changes it (TRL only sets a missing pad token, and this tokenizer has one)."""
+    from transformers import AutoProcessor
+
+    tok = AutoProcessor.from_pretrained(tiny_model_path(), truncation_side="left", padding_side="left")
+    assert tok.pad_token is not None
+    return tok
+
+
 def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, deepspeed: bool) -> None:
     """Train ``steps`` optimizer steps and write this rank's decisions and the final parameters."""
     DECISIONS.clear()
@@ -238,6 +251,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     )
     trainer = WinnowGRPOTrainer(
         model=tiny_model_path(),
+        processing_class=policy_tokenizer(),
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=train_dataset,

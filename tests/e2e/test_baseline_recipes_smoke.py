@@ -23,8 +23,10 @@ SCALE = [
     "--use_vllm", "false", "--bf16", "false", "--use_cpu", "true", "--gradient_checkpointing", "false",
     "--dtype", "float32",  # the recipes' bf16 weights need DeepSpeed's fp32 masters (trainer/guards/startup_checks.py)
     "--launch_processes", "1",
-    "--num_generations", "8", "--per_device_train_batch_size", "16", "--gradient_accumulation_steps", "1",
-    "--steps_per_generation", "2", "--max_completion_length", "40", "--max_steps", "2",
+    # a generation batch of 32 (4 prompts x 8) and 2 optimizer steps from it, in micro-batches of 4 rows (not 16
+    # at once: 1 GB less resident)
+    "--num_generations", "8", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "4",
+    "--steps_per_generation", "8", "--max_completion_length", "40", "--max_steps", "2",
     "--learning_rate", "2e-5", "--report_to", "none", "--save_strategy", "no", "--logging_steps", "1",
     "--enable_thinking", "false", "--max_prompt_tokens", "256", "--plot", "false", "--dataloader_num_workers", "0",
 ]

@@ -291,7 +291,7 @@ def test_stop_server_refuses_foreign_pid():
 # ------------------------------------------------------------------------------------------ slurm
 
 def _fake_bin(tmp_path, hosts=("node0", "node1", "node2"), server="sleep", curl_ok=True) -> Path:
-    """A bin folder with fake scontrol, srun (logs its argv) and curl."""
+    """A bin folder with fake scontrol, srun (logs its argv) and curl (waits for the server step to start)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     scripts = {
@@ -300,7 +300,10 @@ def _fake_bin(tmp_path, hosts=("node0", "node1", "node2"), server="sleep", curl_
                  'case "$*" in *vllm_server.py*)\n'
                  + ('  echo "$$" > "$FAKE_SERVER_PID"; exec sleep 300;;\n' if server == "sleep" else "  exit 3;;\n")
                  + "esac"),
-        "curl": "exit 0" if curl_ok else "exit 7",
+        # A health probe is answered only once the server step has started (as a real one can be), so the script
+        # under test never races the backgrounded fake srun: under load its log and pid file could be missing.
+        "curl": ('for _ in $(seq 200); do [ -s "$%s" ] && break; sleep 0.1; done\n'
+                 % ("FAKE_SERVER_PID" if server == "sleep" else "FAKE_LOG")) + ("exit 0" if curl_ok else "exit 7"),
     }
     for name, body in scripts.items():
         (bin_dir / name).write_text("#!/bin/bash\n" + body + "\n")

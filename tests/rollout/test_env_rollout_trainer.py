@@ -15,13 +15,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CPU_SCALE = [
     "--model_name_or_path", "offline:tiny-qwen3", "--dtype", "float32", "--bf16", "false", "--use_cpu", "true",
     "--use_vllm", "false", "--launch_processes", "1", "--gradient_checkpointing", "false", "--report_to", "none",
-    "--num_generations", "2", "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1",
-    "--steps_per_generation", "1", "--max_steps", "1", "--max_turns", "2", "--turn_max_tokens", "8",
+    # one generation batch of 4 episodes (2 groups of 2), trained as 2 micro-batches of 2 in one optimizer step: the
+    # ~300-token multi-turn rows make each row's logits ~180 MB (151,936-token vocabulary)
+    "--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2",
+    "--steps_per_generation", "2", "--max_steps", "1", "--max_turns", "2", "--turn_max_tokens", "8",
     "--max_completion_length", "300", "--collapse_every", "1", "--collapse_num_samples", "4",
     "--collapse_max_tokens", "20000",
-    # 16 trace x prompt pairs of ~300 tokens, scored 4 per forward (not 16): the same scores (chunked = unchunked,
-    # tests/methods/test_collapse_detector.py) at a quarter of the logits' memory (151,936-token vocabulary)
-    "--collapse_micro_batch_size", "4", "--logging_steps", "1", "--save_strategy", "no", "--learning_rate", "1e-3",
+    # 16 trace x prompt pairs of ~300 tokens, scored 2 per forward (not 16): the same scores (chunked = unchunked,
+    # tests/methods/test_collapse_detector.py) at an eighth of the logits' memory
+    "--collapse_micro_batch_size", "2", "--logging_steps", "1", "--save_strategy", "no", "--learning_rate", "1e-3",
     "--dataset_kwargs", '{"num_levels": 16}', "--disable_tqdm", "true",
 ]
 

@@ -197,8 +197,9 @@ def test_multi_turn_rollout_through_the_server(server, tmp_path):
         "offline:tiny-qwen3-vllm", "--dtype", "float32", "--bf16", "false", "--use_cpu", "true", "--use_vllm", "true",
         "--vllm_mode", "server", "--vllm_server_base_url", server["url"], "--weight_sync", "disk",
         "--launch_processes", "1", "--gradient_checkpointing", "false", "--report_to", "none",
+        # 4 episodes of ~300 tokens, trained 2 rows per micro-batch (151,936-token logits: ~180 MB a row)
         "--num_generations", "2",
-        "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "1", "--steps_per_generation", "1",
+        "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2", "--steps_per_generation", "2",
         "--max_steps", "1", "--max_turns", "2", "--turn_max_tokens", "8", "--max_completion_length", "300",
         "--collapse_detection", "false", "--eval_strategy", "no", "--val_before_train", "false",
         "--save_strategy", "no", "--logging_steps", "1", "--dataset_kwargs", '{"num_levels": 8}',
