@@ -179,9 +179,10 @@ def tensor_parallel_problem(config: dict, tp: int) -> str | None:
     if fits(tp):
         return None
     best = max(n for n in range(1, tp + 1) if fits(n))
-    dp = tp // best
-    busy = f" (with --data-parallel-size {dp} to keep {best * dp} GPUs busy)" if dp > 1 else ""
-    return f"{heads} attention heads ({kv} KV heads) do not split over {tp} GPUs; use {best}{busy}"
+    # No data-parallel hint for the GPUs left over: TRL 1.16's trl/scripts/vllm_serve.py says a data-parallel size
+    # above 1 "is not supported/useful and will error out" for dense models (vLLM PR #30739).
+    return (f"{heads} attention heads ({kv} KV heads) do not split over {tp} GPUs; use --tensor-parallel-size "
+            f"{best} ({tp - best} of the {tp} GPUs stay free: vLLM takes no data parallelism for dense models)")
 
 
 def _shell_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:

@@ -97,7 +97,8 @@ def test_preflight_fails_wrong_world_size_tp_and_wandb(monkeypatch):
                  "--tensor_parallel_size", "8")
     assert rep.failed
     assert lines(rep, "world size")[0][0] == "FAIL"
-    assert lines(rep, "heads % TP")[0][0] == "FAIL" and "use 4" in lines(rep, "heads % TP")[0][1]
+    verdict, text = lines(rep, "heads % TP")[0]
+    assert verdict == "FAIL" and "use --tensor-parallel-size 4" in text and "data-parallel" not in text
     assert lines(rep, "W&B")[0][0] == "FAIL" and "WANDB_MODE=offline" in lines(rep, "W&B")[0][1]
 
 
