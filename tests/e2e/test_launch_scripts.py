@@ -268,6 +268,21 @@ def test_never_healthy_is_bounded(fake, tmp_path, monkeypatch):
     assert _gone(int(child_file.read_text()))  # stopped, workers included
 
 
+def test_server_waits_as_long_as_the_recipes_trainer(fake, tmp_path, monkeypatch):
+    """Without --wait the launcher waits the recipe's vllm_server_timeout (the GPU recipes allow 1800 s for a first
+    download and compile), not a fixed 600 s: here 2 s, against a server that never gets healthy."""
+    python, model, _ = fake
+    monkeypatch.setenv("FAKE_VLLM_MODE", "unhealthy")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model_name_or_path: {model}\nmax_prompt_tokens: 100\nvllm_server_timeout: 2\n")
+    assert vs._settings_from_recipe(str(recipe))["wait"] == 2.0
+    t0 = time.monotonic()
+    out = _cli("--config", str(recipe), "--device", "cpu", "--python", python, "--port", str(_free_port()),
+               "--log-file", str(tmp_path / "s.log"))
+    assert out.returncode == 1 and "still running" in out.stderr, out.stderr
+    assert time.monotonic() - t0 < 2 + 15
+
+
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here: it would start")
 def test_missing_vllm_hints_at_python_flag(tmp_path):
     (tmp_path / "m").mkdir()
