@@ -360,6 +360,7 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
     inner = train[-1]
     assert "$SLURM_PROCID" in inner  # expanded by each task, not by the batch script
     words = shlex.split(inner)
+    assert words.pop(0) == "VLLM_HOST_IP=$SLURMD_NODENAME"  # each node's own name, for the NCCL weight sync
     assert words[:2] == ["accelerate", "launch"]
     for flag, value in [("--config_file", "launch/accelerate/zero3_gpu_8.yaml"), ("--num_machines", "2"),
                         ("--num_processes", "16"), ("--main_process_ip", "node1"), ("--main_process_port", "29500"),
@@ -461,7 +462,7 @@ def test_slurm_training_nodes_form_one_world(tmp_path, monkeypatch):
     for node_rank in (0, 1):
         launched.clear()
         words = shlex.split(inner.replace("$SLURM_PROCID", str(node_rank)))
-        assert words[:2] == ["accelerate", "launch"]
+        assert words.pop(0).startswith("VLLM_HOST_IP=") and words[:2] == ["accelerate", "launch"]
         args = accelerate_launch.launch_command_parser().parse_args(words[2:])
         args.config_file = str(REPO / args.config_file)  # the script passes it relative to the submit directory
         accelerate_launch.launch_command(args)
@@ -471,3 +472,21 @@ def test_slurm_training_nodes_form_one_world(tmp_path, monkeypatch):
         # every node meets at the same endpoint on the first training node (c10d hands out the node ranks)
         assert config.rdzv_backend == "c10d" and config.rdzv_endpoint == f"node1:{port}"
         assert launched["torchrun"].node_rank == node_rank and launched["use_deepspeed"] == "true"
+
+
+def test_slurm_training_step_gives_each_node_its_own_host_ip(tmp_path):
+    """TRL's NCCL weight sync sends the server vLLM's get_ip() of the trainer's rank 0, which without VLLM_HOST_IP
+    probes a route to 8.8.8.8 (0.0.0.0 where there is none). The training line, run by bash on each node as srun
+    runs it, exports that node's own Slurm name, whichever node c10d makes rank 0."""
+    _fake_bin(tmp_path)
+    out = _slurm(tmp_path, RECIPE=RECIPE, DRY_RUN="1", PREFLIGHT="0")
+    assert out.returncode == 0, out.stderr
+    inner = shlex.split(out.stdout.strip().splitlines()[-1][2:])[-1]
+    (tmp_path / "bin" / "accelerate").write_text('#!/bin/bash\necho "$VLLM_HOST_IP rank $SLURM_PROCID"\n')
+    (tmp_path / "bin" / "accelerate").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_HOST_IP"}
+    env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+    for node, procid in (("node1", "0"), ("node2", "1")):
+        ran = subprocess.run(["bash", "-c", inner], env={**env, "SLURMD_NODENAME": node, "SLURM_PROCID": procid},
+                             capture_output=True, text=True, timeout=30)
+        assert ran.returncode == 0 and ran.stdout.strip() == f"{node} rank {procid}", ran.stderr
