@@ -5,8 +5,9 @@ before anything is downloaded (`make setup-gpu` runs it first).
 
 PyPI's torch 2.13.0 wheel for Linux x86_64 requires `cuda-toolkit==13.0.3` and the `nvidia-*-cu13` libraries (its
 METADATA), and CUDA 13.0 needs an NVIDIA driver of at least 580.65.06 on Linux (the minimum NVIDIA's CUDA toolkit
-release notes give for CUDA 13.0 GA). On an older driver the install succeeds and `torch.cuda.is_available()` is False; this check says
-so before a multi-GB download. Standard library only: it runs before the venv has anything installed.
+release notes give for CUDA 13.0 GA). On an older driver the install succeeds and `torch.cuda.is_available()` is
+False; this check says so before a multi-GB download. Standard library only: it runs before the venv has anything
+installed.
 """
 
 from __future__ import annotations
