@@ -120,3 +120,34 @@ def test_single_turn_prefill_ends_the_prompt_and_rewards_see_it(tmp_path):
     texts = tok.batch_decode(inputs["completion_ids"], skip_special_tokens=True)
     assert len(seen) == len(texts) and all(s.startswith("<think>") for s in seen)
     assert sorted(s[len("<think>"):] for s in seen) == sorted(texts)
+
+
+def test_prompt_bound_counts_the_prefill(tmp_path):
+    """``max_prompt_tokens`` bounds the prompt the model is given, the think prefill included (issue 32 item C.4): the
+    server's context is max_prompt_tokens + max_completion_length, so a prompt whose chat template alone sits at the
+    bound would overflow it by the prefill. Anchored to the trainer's own tokenisation (TRL's ``_tokenize_prompts``
+    plus the prefill ids): every prompt the filter keeps fits the bound there, and the bound is tight (without the
+    prefill the filter keeps the prompt it now drops)."""
+    from datasets import Dataset
+
+    from trainer.config.recipe import filter_long_prompts
+    from trainer.grpo_trainer import WinnowGRPOTrainer
+
+    texts = ["Add 2 and 3.", "Add 2 and 3, then double the sum, then subtract one from it.",
+             "Add 2 and 3, then double the sum, then subtract one from it, and then say the result in words."]
+    data = Dataset.from_dict({"prompt": [[{"role": "user", "content": t}] for t in texts], "answer": ["5", "9", "9"]})
+    args = WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, think_prefill=True)
+    trainer = WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=[lambda completions, **kw: [0.0] * len(
+        completions)], args=args, train_dataset=data)
+    tok = trainer.processing_class
+
+    def model_lengths(rows) -> list[int]:
+        return [len(ids) for ids in trainer._tokenize_prompts(list(rows["prompt"]))[0]]
+
+    full = model_lengths(data)
+    bound = len(tok.apply_chat_template(data[1]["prompt"], add_generation_prompt=True, tokenize=True)["input_ids"])
+    assert full[1] > bound >= full[0], (full, bound)  # the middle prompt's template alone is exactly at the bound
+
+    kept = filter_long_prompts(data, tok, bound, {}, prefill="<think>")
+    assert len(kept) == 1 and max(model_lengths(kept)) <= bound
+    assert len(filter_long_prompts(data, tok, bound, {})) == 2  # without the prefill that prompt fits

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from trl import ModelConfig, get_peft_config
 
 from trainer import trl_contact
-from trainer.config.core import ConfigError, WinnowConfig
+from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig
 from trainer.config.env import EnvTaskFields
 from trainer.config.recipe_checks import check_process_count
 from trainer.config.recipe_parser import (
@@ -36,6 +36,7 @@ from trainer.config.recipe_parser import (
     read_recipe_file,
     split_config_flag,
 )
+from trainer.rollout.prefill import prefill_ids
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,10 @@ class TaskArguments(EnvTaskFields):
                   "default."},
     )
     max_prompt_tokens: int | None = field(
-        default=None, metadata={"help": "Drop dataset prompts longer than this many tokens after the chat template."}
+        default=None,
+        metadata={"help": "Drop dataset prompts longer than this many tokens as the model sees them: after the chat "
+                  "template, the think prefill included (think_prefill), so max_prompt_tokens + max_completion_length "
+                  "bounds every sequence and is the vLLM server's --max-model-len."},
     )
     launch_processes: int | None = field(
         default=None,
@@ -334,7 +338,8 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
     checks.check_dataset(dataset, task)
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
     if task.max_prompt_tokens is not None and not task.is_env_task:  # env prompts are placeholders (envs/levels.py)
-        dataset = filter_long_prompts(dataset, tokenizer, task.max_prompt_tokens, args.chat_template_kwargs or {})
+        dataset = filter_long_prompts(dataset, tokenizer, task.max_prompt_tokens, args.chat_template_kwargs or {},
+                                      prefill=THINK_PREFILL if args.think_prefill else "")
         checks.check_dataset(dataset, task)
     reward_options = dict(
         timeout=task.reward_timeout,
@@ -406,7 +411,6 @@ def name_card_base_model(trainer: Any, name: str) -> None:
 def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
     """The multi-turn rollout of an environment task, with the model's training chat template."""
     from envs.episode import EpisodeSettings
-    from trainer.config.core import THINK_PREFILL
     from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
 
     settings = EpisodeSettings(
@@ -421,15 +425,19 @@ def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
     )
 
 
-def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_kwargs: dict) -> Any:
-    """Drop rows whose chat-templated prompt exceeds ``max_tokens`` (the papers' overlong-prompt filter)."""
+def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_kwargs: dict,
+                        prefill: str = "") -> Any:
+    """Drop rows whose prompt as the model sees it exceeds ``max_tokens`` (the papers' overlong-prompt filter): the
+    chat-templated prompt plus the ``prefill`` ids the trainer appends after it (grpo_trainer._tokenize_prompts), so a
+    prompt at the bound cannot overflow the server's context of max_prompt_tokens + max_completion_length."""
+    extra = len(prefill_ids(tokenizer, prefill)) if prefill else 0
 
     def short_enough(row: dict) -> bool:
         ids = tokenizer.apply_chat_template(
             row["prompt"], add_generation_prompt=True, tokenize=True, **template_kwargs
         )
         ids = ids["input_ids"] if isinstance(ids, Mapping) else ids  # a BatchEncoding is a Mapping, not a dict
-        return len(ids) <= max_tokens
+        return len(ids) + extra <= max_tokens
 
     import datasets
 
