@@ -44,7 +44,7 @@ from trainer.pipeline.compaction import compact
 from trainer.pipeline.entropy_bonus import loss_with_aggregated_entropy
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
 from trainer.pipeline.rank_balance import round_robin_counts
-from trainer.pipeline.step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, redeal
+from trainer.pipeline.step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, optimizer_steps, redeal
 from trainer.pipeline.token_budget import chunked_logps, chunked_loss
 from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server.client import harden_client, wait_for_server
@@ -263,7 +263,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         """Move the new batch's kept rows to their optimizer steps (trainer/pipeline/step_dealing.py), count the batch
         for the empty-batch stop, and return the current micro-batch."""
         (empty, plan), self._generation = self._generation, None
-        steps = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
+        steps = optimizer_steps(trl_contact.micro_step(self), self.args.steps_per_generation,
+                                self.args.gradient_accumulation_steps, self.num_iterations)
         if plan is not None:
             trl_contact.set_buffered_inputs(self, redeal(
                 trl_contact.buffered_inputs(self),

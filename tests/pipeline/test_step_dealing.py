@@ -206,6 +206,39 @@ def test_proportional_update_is_trl_loss_on_its_rows(tiny_model, tmp_path, loss_
         assert max_abs_diff(grad, ref_grads) <= 1e-5 * max(float(g.abs().max()) for g in ref_grads.values())
 
 
+@pytest.mark.parametrize("S, A, mu", [(3, 2, 2), (4, 2, 1), (2, 1, 2)])
+def test_updates_per_generation_counts_the_optimizer_steps_taken(tiny_model, tmp_path, S, A, mu):
+    """stages/updates_per_generation equals the optimizer steps the real trainer took between two generations
+    (counted by a callback's on_step_end against TRL's generation calls). With S=3, A=2 and 2 passes the six
+    micro-steps make 3 optimizer steps, the middle one spanning both passes (it was counted once per pass: 4)."""
+    from transformers import TrainerCallback
+
+    KEEP_ROWS[:] = list(range(1, 4 * S))  # one row dropped: the step-dealing path, every step keeps rows
+    tr = build(tmp_path, tiny_model, f"updates-{S}-{A}-{mu}", rollout_dropout="test_dealing_keep_rows",
+               per_device_train_batch_size=4, steps_per_generation=S, gradient_accumulation_steps=A,
+               num_iterations=mu, max_steps=2 * S * mu // A)
+    generations, step_of_generation = [], []
+    generate = tr._generate_and_score_completions
+
+    def counted(inputs):
+        generations.append(tr.state.global_step)
+        return generate(inputs)
+
+    class StepsTaken(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            step_of_generation.append(len(generations) - 1)  # the latest generation this step trained on
+
+    tr._generate_and_score_completions = counted
+    tr.add_callback(StepsTaken())
+    tr.train()
+    history = tr.state.log_history
+    assert [h["stages/empty_step"] for h in history if "stages/empty_step" in h] == [0.0] * tr.state.global_step
+    taken = [float(step_of_generation.count(g)) for g in range(len(generations))]
+    assert len(generations) == 2 and sum(taken) == tr.state.global_step
+    logged = [h["stages/updates_per_generation"] for h in history if "stages/updates_per_generation" in h]
+    assert logged == taken == [S * mu / A] * 2
+
+
 # The CPU SNR demo's filter (configs/demo/smollm2-arithmetic-snr.yaml) vs RAGEN's "nofilter" (rho 1, zero-variance
 # groups kept), with 4 optimizer steps of one group each per generation.
 DEMO_FILTER = dict(rollout_filter="snr", snr_metric="reward_variance", snr_strategy="top_p", snr_top_p_mode="linear",

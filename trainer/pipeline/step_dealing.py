@@ -91,10 +91,22 @@ class DealPlan:
     def updates(self) -> int:
         """Optimizer steps of this generation batch (all passes) that hold at least one kept row."""
         per_micro = self.kept_per_micro_batch()
-        total = 0
-        for t in range(self.passes):
-            total += len({self.window(i, t) for i, n in enumerate(per_micro) if n})
-        return total
+        return optimizer_steps(self.first_micro_step, self.micro_batches, self.accumulation, self.passes,
+                               [n > 0 for n in per_micro])
+
+
+def optimizer_steps(first_micro_step: int, micro_batches: int, accumulation: int, passes: int = 1,
+                    used: list[bool] | None = None) -> int:
+    """Distinct optimizer steps that train a generation batch's micro-batches (only the ``used`` ones, default all).
+
+    TRL runs the batch's S micro-batches ``passes`` times in a row, micro-steps first_micro_step ...
+    first_micro_step + S x passes - 1, and every A consecutive micro-steps make one optimizer step. Steps are
+    numbered over the whole run, not per pass: with S = 3, A = 2 and 2 passes the middle step takes the last
+    micro-batch of pass 1 and the first of pass 2, and is one step, not one per pass (3 steps, not 4). A step that
+    straddles two generation batches (S x passes not a multiple of A) counts for each batch it trains."""
+    used = [True] * micro_batches if used is None else used
+    return len({(first_micro_step + t * micro_batches + i) // accumulation
+                for t in range(passes) for i in range(micro_batches) if used[i]})
 
 
 def _first_of_window(plan: DealPlan, micro: int) -> int:
