@@ -234,20 +234,36 @@ def test_wait_for_server_gives_up_within_budget(fake, mode):
     assert {"never_up": "ConnectionError", "503_forever": "HTTP 503", "never_answers": "Timeout"}[mode] in msg
 
 
-def test_generate_to_never_answering_server_raises_within_budget(fake, make_client):
+def test_generation_read_timeout_is_not_resent(fake, make_client):
+    """A generation POST that timed out raises once: TRL's own Retry (read=5, POST allowed; trl==1.16.0:
+    trl/generation/vllm_client.py:224-232) would re-send it 5 times, each waiting out the timeout again, with 60 s
+    of backoff in between (6 POSTs, ~66 s here). The error names the request, the seconds waited and the knob."""
     fake.start()
     client = make_client(fake.url)
-    retry = small_retry(total=1)
-    harden_client(client, request_timeout=1.0, retries=retry)
+    harden_client(client, request_timeout=1.0)  # TRL's Retry as TRL mounted it
     fake.completions = "hang"
     start = time.monotonic()
     with pytest.raises(GenerationServerError) as info:
-        client.generate(PROMPTS, max_tokens=3)
-    assert time.monotonic() - start < request_budget(1.0, retry) + MARGIN
+        client.generate(PROMPTS, n=2, max_tokens=3)
+    waited = time.monotonic() - start
+    assert fake.hits["/v1/completions"] == 1  # counted by the server: one POST, not six
+    assert 1.0 <= waited < 2 * 1.0 + MARGIN  # one read timeout, not 6 x 1 s + 60 s of backoff
     msg = str(info.value)
-    assert f"127.0.0.1:{fake.port}" in msg and "/v1/completions" in msg and "timed out" in msg
-    assert "up to 2 attempt(s)" in msg and "vllm_request_timeout" in msg
-    assert fake.hits["/v1/completions"] == 2  # urllib3 re-sent the POST once, as TRL's Retry allows
+    assert f"127.0.0.1:{fake.port}" in msg and "POST /v1/completions (2 prompts x n=2, max_tokens 3)" in msg
+    assert "waited 1." in msg and "vllm_request_timeout=1s" in msg and "not re-sent" in msg
+    assert "raise vllm_request_timeout" in msg and "--dry-run" in msg
+
+
+def test_get_read_timeout_is_still_retried(fake, make_client):
+    """Only a POST is exempt: a GET (idempotent) is re-sent after a read timeout as TRL's Retry says."""
+    fake.start()
+    client = make_client(fake.url)
+    harden_client(client, request_timeout=0.5, retries=small_retry(total=1))
+    fake.health = "hang"
+    with pytest.raises(GenerationServerError) as info:
+        client.session.get(f"{fake.url}/health")
+    assert fake.hits["/health"] == 1 + 2  # the client's start-up probe, then the GET and its one re-send
+    assert "up to 2 attempt(s)" in str(info.value)
 
 
 def test_generate_after_server_died_raises(fake, make_client):

@@ -323,9 +323,11 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default=600.0,
         metadata={
             "help": "vLLM server mode: seconds one HTTP request to the server may take (read timeout; connect timeout "
-            "min(10, this)) before TRL's retries (6 attempts, 60 s of backoff) and then a GenerationServerError "
-            "naming the server and what to do (trainer/server/client.py). Must exceed the slowest generation call. "
-            "The start-up wait for the server is TRL's vllm_server_timeout."
+            "min(10, this)). A POST that gets no answer in time is not re-sent: one GenerationServerError names the "
+            "request, the seconds waited and this field; connection errors and 5xx answers go through TRL's retries "
+            "(6 attempts, 60 s of backoff; trainer/server/client.py). Must exceed the slowest generation call: TRL "
+            "sends a whole generation batch as one request, and launch/train.py --dry-run estimates its time (keep "
+            "ddp_timeout above this). The start-up wait for the server is TRL's vllm_server_timeout."
         },
     )
     skip_nonfinite_steps: bool = field(

@@ -12,10 +12,15 @@ This module bounds both phases:
   retry; raises :class:`GenerationServerError` no later than about ``total_timeout + request_timeout`` seconds.
 * ``harden_client(client, request_timeout)``: during the run, every request of ``client.session`` carries a
   ``(connect, read)`` timeout and every failure becomes a :class:`GenerationServerError` naming the server, the
-  endpoint, what happened and what to do.
+  endpoint, what happened and what to do. A POST whose answer did not arrive within the read timeout is not re-sent
+  (:class:`NoResendAfterReadTimeout`): TRL 1.16 sends a whole generation batch as one ``POST /v1/completions``
+  (trl==1.16.0:trl/generation/vllm_generation.py:630), and its Retry (``read=5``, ``allowed_methods`` with POST,
+  trl==1.16.0:trl/generation/vllm_client.py:224-232) would ask the server for the same batch up to five more times,
+  each waiting out the full timeout while the other ranks wait in ``broadcast_object_list``.
 
 Worst-case budget of one request (``request_budget``), TRL's default Retry (6 attempts, backoff sleeps
-0+4+8+16+32 = 60 s) with the default connect timeout ``min(10 s, request_timeout)``:
+0+4+8+16+32 = 60 s) with the default connect timeout ``min(10 s, request_timeout)`` -- an upper bound; a server that
+accepts a POST and never answers now costs one read timeout (plus the connect attempts before it):
 
 * ``request_timeout=600``: 60 + 6 x (10 + 600) = 3720 s (about 62 min)
 * ``request_timeout=60``:  60 + 6 x (10 + 60)  =  480 s (8 min)
@@ -36,6 +41,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import requests
+from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import RequestHistory, Retry
 
 from trainer import trl_contact
@@ -58,6 +64,13 @@ REJECTED_HINT = (
 )
 
 
+READ_TIMEOUT_HINT = (
+    "If the server is only slow (one generation batch is one request), raise vllm_request_timeout above the batch's "
+    "generation time and ddp_timeout above vllm_request_timeout (`launch/train.py --config <recipe> --dry-run` "
+    "estimates it), or serve on more GPUs; if it hangs, check the server's log."
+)
+
+
 class GenerationServerError(ConnectionError):
     """The vLLM generation server is unreachable, hung, or failing. The message always names the server
     (host:port), the endpoint, what happened (elapsed seconds, retries, last error/status) and what to do.
@@ -70,6 +83,41 @@ class GenerationServerError(ConnectionError):
         self.server = parsed.netloc or url
         self.endpoint = parsed.path or "/"
         super().__init__(f"vLLM server {self.server} (endpoint {self.endpoint}): {what}. {hint}")
+
+
+class NoResendAfterReadTimeout(Retry):
+    """urllib3's ``Retry`` with one exception: a POST whose answer timed out is raised at once, not re-sent.
+
+    Why: the server received that POST and is still working on it (a generation batch can take many minutes);
+    re-sending asks for the same work again and costs another full timeout each time. Connection errors (nothing
+    reached the server), GETs and the 5xx statuses in ``status_forcelist`` are retried as before. ``Retry.new``
+    builds copies with ``type(self)``, so the rule holds across urllib3's retry increments."""
+
+    @classmethod
+    def like(cls, retry: Retry) -> "NoResendAfterReadTimeout":
+        """The same policy as ``retry`` (its counters, backoff and lists), with this rule added."""
+        if isinstance(retry, cls):
+            return retry
+        copy = retry.new()  # Retry's own list of its settings, so no field is missed across urllib3 versions
+        copy.__class__ = cls  # same fields, only increment() differs
+        return copy
+
+    def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):
+        """Raise a POST's read timeout as is; anything else as urllib3 decides."""
+        if isinstance(error, ReadTimeoutError) and (method or "").upper() == "POST":
+            raise error.with_traceback(_stacktrace)
+        return super().increment(method=method, url=url, response=response, error=error, _pool=_pool,
+                                 _stacktrace=_stacktrace)
+
+
+def describe_request(method: str, url: str, kwargs: dict) -> str:
+    """``POST /v1/completions (128 prompts x n=8, max_tokens 8192)``: the endpoint and, for a generation, its size."""
+    what = f"{method} {urlparse(url).path or '/'}"
+    payload = kwargs.get("json")
+    if isinstance(payload, dict) and isinstance(payload.get("prompt"), list):
+        what += (f" ({len(payload['prompt'])} prompts x n={payload.get('n', 1)}, "
+                 f"max_tokens {payload.get('max_tokens')})")
+    return what
 
 
 def trl_default_retry(**overrides) -> Retry:
@@ -192,16 +240,17 @@ def harden_client(client, request_timeout: float, retries: Retry | None = None,
       TRL raises a bare ``Exception``; direct session calls get the same conversion for requests exceptions.
     * ``retries``: replaces the adapter's Retry (tests use a small backoff); ``None`` keeps TRL's (6 attempts,
       60 s of backoff), so one request is bounded by ``request_budget`` (600 s -> 3720 s, 60 s -> 480 s).
-      Note urllib3 re-sends a POST after a read timeout (TRL allows POST retries), so ``request_timeout`` must
-      exceed the slowest legitimate generation.
+      Either way the policy becomes :class:`NoResendAfterReadTimeout`: a POST that timed out is not re-sent, it
+      raises one :class:`GenerationServerError` naming the request, the seconds waited and ``vllm_request_timeout``.
+      ``request_timeout`` must still exceed the slowest legitimate generation (the preflight estimates it).
 
     Idempotent: a second call updates the settings without wrapping again.
     """
     session = client.session
     adapters = {id(a): a for a in session.adapters.values()}.values()  # TRL mounts one adapter twice
-    if retries is not None:
-        for adapter in adapters:
-            adapter.max_retries = retries
+    for adapter in adapters:
+        chosen = retries if retries is not None else adapter.max_retries
+        adapter.max_retries = NoResendAfterReadTimeout.like(chosen) if isinstance(chosen, Retry) else chosen
     retry = next(iter(adapters)).max_retries if adapters else None
     connect = min(DEFAULT_CONNECT_TIMEOUT, request_timeout) if connect_timeout is None else connect_timeout
     settings = _Hardening(connect, request_timeout, retry)
@@ -218,11 +267,24 @@ def harden_client(client, request_timeout: float, retries: Retry | None = None,
         start = time.monotonic()
         try:
             return raw_request(method, url, *args, **kwargs)
-        except requests.RequestException as exc:
-            # Reached after urllib3 spent its retries (or on an error it does not retry).
+        except requests.ReadTimeout as exc:
+            if method.upper() != "POST":
+                raise _spent(method, url, start, exc) from exc
+            # Not re-sent (NoResendAfterReadTimeout): one timeout, one error, naming the knob to raise.
+            timeout = kwargs.get("timeout")
+            read = timeout[1] if isinstance(timeout, tuple) else timeout
             raise GenerationServerError(url, (
-                f"{method} failed after {time.monotonic() - start:.1f}s ({settings.describe()}); last error: "
-                f"{type(exc).__name__}: {exc}")) from exc
+                f"{describe_request(method, url, kwargs)} got no answer: waited {time.monotonic() - start:.1f}s "
+                f"(read timeout {read}s; vllm_request_timeout={settings.read_timeout:g}s); not re-sent, the server "
+                "may still be working on it"), READ_TIMEOUT_HINT) from exc
+        except requests.RequestException as exc:
+            raise _spent(method, url, start, exc) from exc
+
+    def _spent(method, url, start, exc) -> GenerationServerError:
+        # Reached after urllib3 spent its retries (or on an error it does not retry).
+        return GenerationServerError(url, (
+            f"{method} failed after {time.monotonic() - start:.1f}s ({settings.describe()}); last error: "
+            f"{type(exc).__name__}: {exc}"))
 
     def checked(method):
         def call(url: str, **kwargs) -> dict:
