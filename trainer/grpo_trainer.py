@@ -355,6 +355,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._staging = True
         try:
             super()._save_checkpoint(model, trial)
+            self._record_published_best(run_dir, staged)
             state = self._stage_state()
             if state and self.args.should_save:
                 with open(os.path.join(staged, STAGE_STATE_FILE), "w") as fh:
@@ -367,6 +368,20 @@ class WinnowGRPOTrainer(GRPOTrainer):
             rotate_checkpoints(output_dir=run_dir, save_total_limit=self.args.save_total_limit,
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
         self.accelerator.wait_for_everyone()
+
+    def _record_published_best(self, run_dir: str, staged: str) -> None:
+        """Record the best checkpoint by its published path, not the staging one transformers saw (gone after the
+        publish), here and in the staged trainer_state.json: rotation then keeps it and load_best_model_at_end
+        loads it, as TRL's in-place checkpoints do (trainer/guards/atomic_checkpoint.py, published_best)."""
+        if self.args.save_strategy == "no":  # transformers records no best checkpoint then either
+            return
+        best = atomic_checkpoint.published_best(run_dir, self.state.best_global_step, self.state.best_model_checkpoint)
+        if best != self.state.best_model_checkpoint:
+            from transformers.trainer import TRAINER_STATE_NAME
+
+            self.state.best_model_checkpoint = best
+            if self.args.should_save:  # transformers wrote the state with the staging path: write it again
+                self.state.save_to_json(os.path.join(staged, TRAINER_STATE_NAME))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

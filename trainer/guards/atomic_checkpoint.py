@@ -10,6 +10,10 @@ rename within one filesystem is atomic, so a kill at any moment leaves the previ
 latest one. ``get_last_checkpoint`` only looks at ``checkpoint-N`` names directly in ``output_dir``, so a
 half-written staging folder is never resumed from; the next save clears it. After a publish the emptied
 ``.staging`` folder is removed, so a finished run leaves no trace of the mechanism.
+
+transformers records ``state.best_model_checkpoint`` under the folder it saves into, which here is the staging
+folder, gone once published: :func:`published_best` gives the published path to record instead, so that rotation
+keeps the best checkpoint and ``load_best_model_at_end`` finds it, as with TRL's in-place checkpoints.
 """
 
 from __future__ import annotations
@@ -50,6 +54,22 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def published_best(run_dir: str, best_global_step: int | None, recorded: str | None) -> str | None:
+    """``state.best_model_checkpoint`` as transformers records it, on the published paths of ``run_dir``.
+
+    transformers sets it to ``<folder saved into>/checkpoint-<best_global_step>`` when that folder exists
+    (transformers==5.24.0:trainer.py:3379-3396). Saving into the staging folder it sees only the checkpoint being
+    written (and records its staging path) and never an earlier, published one; here both count, by the name
+    they have once published. Otherwise the ``recorded`` value stands, as there."""
+    if not best_global_step:
+        return recorded
+    name = f"checkpoint-{best_global_step}"
+    final = os.path.join(run_dir, name)
+    if os.path.exists(staged_path(run_dir, name)) or os.path.exists(final):
+        return final
+    return recorded
 
 
 def publish(staged: str, final: str) -> None:
