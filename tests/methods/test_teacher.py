@@ -73,3 +73,99 @@ def test_vocabulary_check_refuses_a_smaller_or_different_vocabulary(tmp_path, te
         check_vocabulary(student_tok, str(other), AutoModelForCausalLM.from_pretrained(other).config)
     # same family
     check_vocabulary(student_tok, teacher_path, AutoModelForCausalLM.from_pretrained(teacher_path).config)
+
+
+def padded_batch():
+    """Five rows laid out as TRL pads a generation batch, wider than any of them: prompts left-padded to 8 columns
+    (the longest real prompt has 5 tokens), completions right-padded to 12 (the longest has 9). Row micro-batches
+    of 2 are then {0, 1}: 5 + 9 = 14 positions, {2, 3}: 5 + 7 = 12, {4}: 4 + 6 = 10 -- not 8 + 12 = 20."""
+    g = torch.Generator().manual_seed(1)
+    prompts, completions, P, T = [5, 3, 5, 2, 4], [9, 4, 7, 2, 6], 8, 12
+    ids = torch.randint(100, 5000, (5, P + T), generator=g)
+    mask = torch.zeros_like(ids)
+    for r, (p, c) in enumerate(zip(prompts, completions)):
+        mask[r, P - p : P + c] = 1
+    ids[mask == 0] = 0
+    return ids, mask, T
+
+
+OWN_LONGEST = [14, 12, 10]  # padded_batch's micro-batches of 2: their own longest prompt + completion
+
+
+def forward_widths(model) -> list[int]:
+    """Positions of every backbone forward of ``model`` from now on (a hook on the module the scorer runs)."""
+    from trainer.methods.teacher import _core
+
+    widths: list[int] = []
+    _core(model).base_model.register_forward_pre_hook(
+        lambda mod, a, kw: widths.append(int(kw["input_ids"].shape[1])), with_kwargs=True)
+    return widths
+
+
+def test_row_micro_batches_pay_for_their_own_longest_row(teacher_path):
+    """A micro-batch of rows is cut to its own longest prompt and completion, not the generation batch's padded
+    width (a 16k-token row padded every forward of the UECR recipes to 18,432 positions); the scores stay those of
+    the full-width unchunked forward."""
+    model = AutoModelForCausalLM.from_pretrained(teacher_path).eval()
+    ids, mask, T = padded_batch()
+    with torch.no_grad():
+        ref_lp, ref_h = reference_scores(model, ids, mask, T)
+    widths = forward_widths(model)
+    out = score_tokens(model, ids, mask, T, with_entropy=True, micro_batch_size=2)
+    assert widths == OWN_LONGEST
+    assert out["padded"] == 2 * 14 + 2 * 12 + 10 < ids.numel()
+    valid = mask[:, -T:].bool()
+    assert torch.allclose(out["logps"][0][valid], ref_lp[valid], atol=1e-5)
+    assert torch.allclose(out["entropy"][valid], ref_h[valid], atol=1e-5)
+
+
+def test_scoring_leaves_the_models_own_forward_in_place(teacher_path):
+    """Scoring runs inside the root's forward by swapping it for one call: afterwards a plain model has its class's
+    forward again and a model with TRL's fused LM head (an instance-level forward) keeps that one, still working."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    plain = AutoModelForCausalLM.from_pretrained(teacher_path).eval()
+    ids, mask, T = padded_batch()
+    score_tokens(plain, ids, mask, T)
+    assert "forward" not in plain.__dict__
+    fused = AutoModelForCausalLM.from_pretrained(teacher_path).eval()
+    add_fused_lm_head(fused)
+    patched = fused.forward
+    out = score_tokens(fused, ids, mask, T)
+    assert fused.forward == patched
+    labels = ids.masked_fill(mask == 0, -100)
+    with torch.no_grad():
+        trl = fused(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True).log_probs[:, -T:]
+    valid = mask[:, -T:].bool()
+    assert torch.allclose(out["logps"][0][valid], trl[valid], atol=1e-5)
+
+
+def test_teacher_under_zero3_engages_the_prefetch_trace(tmp_path, teacher_path):
+    """Under a real DeepSpeed ZeRO-3 engine (one CPU process, gloo; built as TRL's prepare_deepspeed builds the
+    teacher's) every scoring forward goes through the root module, whose forward pre-hook is the only place ZeRO-3
+    resets its fetch trace (deepspeed/runtime/zero/parameter_offload.py:304-308): one reset per forward and a
+    complete trace afterwards, so later forwards prefetch (partitioned_param_coordinator.py:422). Calling the
+    backbone directly left the trace invalid (0 resets). Widths are the micro-batches' own longest rows and the
+    scores those of the plain model's full-logit forward."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "zero3.pt"
+    worker = Path(__file__).with_name("zero3_teacher_worker.py")
+    done = subprocess.run([sys.executable, str(worker), teacher_path, str(out)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = torch.load(out)
+    assert got["partitioned"] and got["forwards"] == 3
+    assert got["resets"] == got["forwards"] and got["complete"]
+    assert got["widths"] == OWN_LONGEST
+    model = AutoModelForCausalLM.from_pretrained(teacher_path).eval()
+    ids, mask, T = padded_batch()
+    with torch.no_grad():
+        ref_lp, ref_h = reference_scores(model, ids, mask, T)
+        ref_lp07, _ = reference_scores(model, ids, mask, T, temperature=0.7)
+    valid = mask[:, -T:].bool()
+    assert torch.allclose(got["logps"][0][valid], ref_lp[valid], atol=1e-5)
+    assert torch.allclose(got["logps"][1][valid], ref_lp07[valid], atol=1e-5)
+    assert torch.allclose(got["entropy"][valid], ref_h[valid], atol=1e-5)

@@ -13,13 +13,24 @@ LM head because that head bakes one temperature into the model, and UECR needs t
 (the teacher gap) *and* at the sampling temperature (PPO ratios) from the same forward.
 
 Under ZeRO-3 every forward is a collective: all ranks must run the same number of them. Forwards are counted
-in rows (micro-batches of ``micro_batch_size``) or, with ``token_budget`` (``micro_batch_tokens``), in the
-token-budget chunks the loss passes use; the count is all-reduced to the maximum over ranks, so a rank with
-fewer forwards runs extra dummy forwards instead of leaving the others waiting.
+in rows (micro-batches of ``micro_batch_size``, each trimmed to its own longest prompt and completion) or, with
+``token_budget`` (``micro_batch_tokens``), in the token-budget chunks the loss passes use; the count is all-reduced
+to the maximum over ranks, so a rank with fewer forwards runs extra dummy forwards instead of leaving the others
+waiting.
+
+Each forward (backbone and chunked head) runs inside the model's root forward, as TRL's fused LM head does
+(trl==1.16.0:trl/trainer/utils.py ``add_fused_lm_head``, the head gathered inside the forward that
+``_get_per_token_logps_and_entropies`` calls): ZeRO-3 resets its parameter-fetch trace only in a forward pre-hook on
+the root module (deepspeed==0.19.8:deepspeed/runtime/zero/parameter_offload.py:304-308, ``_start_of_forward_hook`` ->
+``reset_step``, the only caller of partitioned_param_coordinator.py:251 ``reset_step``), and prefetches only on a
+complete trace (partitioned_param_coordinator.py:422). Calling the backbone directly never fires that hook: the
+teacher's trace stays invalid (every layer fetched on demand, none prefetched) and the policy's, recorded in training,
+is invalidated by the out-of-trace call (partitioned_param_coordinator.py:203-219).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Sequence
 
@@ -90,6 +101,40 @@ def _cast_head_to_fp32(model: torch.nn.Module) -> None:
     model.get_output_embeddings().float()
     if getattr(model.config.get_text_config(), "tie_word_embeddings", False) and original != torch.float32:
         model.get_input_embeddings().register_forward_hook(lambda module, args, output: output.to(original))
+
+
+def _root_inner(model: Any) -> Any:
+    """The module a wrapper's forward calls (DeepSpeedEngine / DDP ``.module``), else the model itself: the root
+    ZeRO-3 hooks (deepspeed/runtime/zero/parameter_offload.py:308, ``self.module.register_forward_pre_hook``)."""
+    inner = getattr(model, "module", None)
+    return inner if isinstance(inner, torch.nn.Module) else model
+
+
+def through_root(model: Any, fn: Any, **inputs: Any) -> Any:
+    """``fn()`` run as the forward of ``model``'s root module, called with ``inputs`` (which its hooks see; ``fn``
+    takes its own), so the root's forward hooks fire around it (ZeRO-3's trace reset and fetches: see the module
+    docstring). TRL's ``_ForwardRedirection`` (trl==1.16.0:trl/models/utils.py:345) in small: the root's ``forward``
+    is replaced for one call and restored inside it."""
+    inner = _root_inner(model)
+    original = inner.__dict__.get("forward")  # an instance-level forward (TRL's fused head patches one) or None
+
+    def redirected(*args: Any, **kwargs: Any) -> Any:
+        _restore_forward(inner, original)
+        return fn()
+
+    inner.forward = redirected
+    try:
+        return model(**inputs)
+    finally:
+        _restore_forward(inner, original)
+
+
+def _restore_forward(module: torch.nn.Module, original: Any) -> None:
+    """Put back ``module``'s own forward: the instance attribute it had, or none (the class's)."""
+    if original is None:
+        module.__dict__.pop("forward", None)
+    else:
+        module.forward = original
 
 
 def _core(model: Any) -> Any:
@@ -163,14 +208,12 @@ def score_tokens(
     ``forwards`` = the number of backbone forwards this rank ran (equal on every rank when ``accelerator`` is
     given); ``padded`` / ``real`` = the tokens those forwards paid for and the unpadded ones.
 
-    Rows go through the backbone ``micro_batch_size`` at a time, or with ``token_budget`` (``micro_batch_tokens``)
+    Rows go through the backbone ``micro_batch_size`` at a time (each micro-batch trimmed to its own longest prompt
+    and completion), or with ``token_budget`` (``micro_batch_tokens``)
     in the token-budget chunks of the loss and old-log-prob passes (trainer/pipeline/token_budget.py): length-sorted,
     padded size within the budget, each chunk trimmed to its own longest row; columns a chunk trimmed away hold 0
     (padding in every one of its rows)."""
-    from trl.trainer.utils import maybe_gather_lm_head_ctx
-
     core = _core(model)
-    backbone, lm_head = core.base_model, core.get_output_embeddings()
     B = input_ids.shape[0]
     if token_budget is None:
         forwards, padded = _row_forwards(input_ids, attention_mask, logits_to_keep, micro_batch_size, accelerator)
@@ -179,24 +222,12 @@ def score_tokens(
     logps = [input_ids.new_zeros((B, logits_to_keep), dtype=torch.float32) for _ in temperatures]
     entropy = input_ids.new_zeros((B, logits_to_keep), dtype=torch.float32) if with_entropy else None
     for rows, ids, mask, width in forwards:
-        hidden = backbone(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        with maybe_gather_lm_head_ctx(lm_head.weight, lm_head.bias):  # a collective too: dummy forwards enter it
-            if rows is None:  # a dummy: ZeRO-3's collectives in lockstep with ranks that have more rows
-                continue
-            hidden = hidden[:, -width - 1 : -1]  # state before each kept token
-            flat = hidden.reshape(-1, hidden.shape[-1])
-            flat_targets = ids[:, -width:].reshape(-1)
-            out_lp = [torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device) for _ in temperatures]
-            out_h = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device) if with_entropy else None
-            for start in range(0, flat.shape[0], chunk_tokens):
-                part = slice(start, start + chunk_tokens)
-                logits = _head(core, flat[part], lm_head.weight, lm_head.bias)
-                for k, temperature in enumerate(temperatures):
-                    lsm = torch.log_softmax(logits / temperature, dim=-1)
-                    out_lp[k][part] = lsm.gather(-1, flat_targets[part].unsqueeze(-1)).squeeze(-1)
-                    if k == 0 and with_entropy:
-                        out_h[part] = -(lsm.exp() * lsm).sum(-1)
-                del logits
+        # inside the root's forward: ZeRO-3's trace reset and prefetch engage (module docstring)
+        score = functools.partial(_forward_scores, core, ids, mask, width, temperatures, with_entropy, chunk_tokens,
+                                  dummy=rows is None)
+        out_lp, out_h = through_root(model, score, input_ids=ids, attention_mask=mask)
+        if rows is None:  # a dummy: ZeRO-3's collectives in lockstep with ranks that have more rows
+            continue
         n_rows = ids.shape[0]
         for k in range(len(temperatures)):
             logps[k][rows, :width] = out_lp[k].view(n_rows, width)
@@ -206,47 +237,82 @@ def score_tokens(
             "real": int(attention_mask.sum())}
 
 
+def _forward_scores(core: Any, ids: torch.Tensor, mask: torch.Tensor, width: int, temperatures: Sequence[float],
+                    with_entropy: bool, chunk_tokens: int, dummy: bool) -> tuple[list[torch.Tensor], Any]:
+    """One backbone forward and the float32 head over the last ``width`` positions' states, in chunks of
+    ``chunk_tokens``: (flat log-probs per temperature, flat entropy or None); a dummy only runs the collectives."""
+    from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+    lm_head = core.get_output_embeddings()
+    hidden = core.base_model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    with maybe_gather_lm_head_ctx(lm_head.weight, lm_head.bias):  # a collective too: dummy forwards enter it
+        if dummy:
+            return [], None
+        hidden = hidden[:, -width - 1 : -1]  # state before each kept token
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        flat_targets = ids[:, -width:].reshape(-1)
+        out_lp = [torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device) for _ in temperatures]
+        out_h = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device) if with_entropy else None
+        for start in range(0, flat.shape[0], chunk_tokens):
+            part = slice(start, start + chunk_tokens)
+            logits = _head(core, flat[part], lm_head.weight, lm_head.bias)
+            for k, temperature in enumerate(temperatures):
+                lsm = torch.log_softmax(logits / temperature, dim=-1)
+                out_lp[k][part] = lsm.gather(-1, flat_targets[part].unsqueeze(-1)).squeeze(-1)
+                if k == 0 and with_entropy:
+                    out_h[part] = -(lsm.exp() * lsm).sum(-1)
+            del logits
+    return out_lp, out_h
+
+
 def _row_forwards(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, micro_batch_size: int,
                   accelerator: Any) -> tuple[list[tuple], int]:
-    """``(rows, ids, mask, width)`` per forward in row micro-batches of ``micro_batch_size`` (untrimmed, ``width`` =
-    ``logits_to_keep``), then dummies (``rows`` None) up to the largest count over ranks; and the padded tokens."""
+    """``(rows, ids, mask, width)`` per forward in row micro-batches of ``micro_batch_size``, in order, each trimmed
+    to its own longest prompt and completion (a batch padded to its longest row would make every micro-batch pay
+    for that row), then dummies (``rows`` None) up to the largest count over ranks; and the padded tokens."""
     B = input_ids.shape[0]
+    P = input_ids.shape[1] - logits_to_keep
+    p_ext, c_ext = row_extents(attention_mask[:, :P], attention_mask[:, P:])
     n_forwards = math.ceil(B / micro_batch_size)
     if accelerator is not None and accelerator.num_processes > 1:
         n = torch.tensor([n_forwards], device=input_ids.device)
         n_forwards = int(accelerator.reduce(n, reduction="max"))
-    out = []
+    out, padded = [], 0
     for f in range(n_forwards):
-        rows = slice(f * micro_batch_size, min((f + 1) * micro_batch_size, B))
-        if rows.start < B:
-            out.append((rows, input_ids[rows], attention_mask[rows], logits_to_keep))
+        rows = list(range(f * micro_batch_size, min((f + 1) * micro_batch_size, B)))
+        if rows:
+            out.append(_trimmed(input_ids, attention_mask, P, rows, max(p_ext[r] for r in rows),
+                                max(max(c_ext[r] for r in rows), 1)))
+            padded += out[-1][1].numel()
             continue
         ids = input_ids[:1] if B else input_ids.new_zeros((1, logits_to_keep + 1))
         out.append((None, ids, attention_mask[:1] if B else torch.ones_like(ids), logits_to_keep))
-    return out, B * input_ids.shape[1]
+    return out, padded
+
+
+def _trimmed(input_ids: torch.Tensor, attention_mask: torch.Tensor, P: int, rows: list[int], p_keep: int,
+             c_keep: int) -> tuple:
+    """``(rows, ids, mask, width)`` of ``rows`` with the last ``p_keep`` prompt columns (at least one: the state
+    before the first completion token) and the first ``c_keep`` completion columns."""
+    index = torch.tensor(rows, device=input_ids.device)
+    cols = slice(P - min(max(p_keep, 1), P), P + c_keep)
+    return index, input_ids[index, cols], attention_mask[index, cols], c_keep
 
 
 def _budget_forwards(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, budget: int,
                      accelerator: Any) -> tuple[list[tuple], int]:
     """:func:`_row_forwards` over token-budget chunks (the planner of the loss and old-log-prob passes): ``rows`` a
-    row index, ``ids`` / ``mask`` trimmed to the chunk's longest prompt (at least one position: the state before
-    the first completion token) and longest completion, ``width`` that completion width; dummies are the shortest
-    row, trimmed."""
+    row index, ``ids`` / ``mask`` trimmed to the chunk's longest prompt and longest completion, ``width`` that
+    completion width; dummies are the shortest row, trimmed."""
     P = input_ids.shape[1] - logits_to_keep
     p_ext, c_ext = row_extents(attention_mask[:, :P], attention_mask[:, P:])
     plan, stats = plan_trimmed(p_ext, c_ext, budget)
-
-    def trimmed(rows: list[int], p_keep: int, c_keep: int) -> tuple:
-        index = torch.tensor(rows, device=input_ids.device)
-        cols = slice(P - min(max(p_keep, 1), P), P + c_keep)
-        return index, input_ids[index, cols], attention_mask[index, cols], c_keep
-
-    out = [trimmed(*chunk) for chunk in plan]
+    out = [_trimmed(input_ids, attention_mask, P, *chunk) for chunk in plan]
     fillers = equal_forward_fillers(accelerator, len(out), input_ids.device)
     if fillers:
         if len(p_ext):
             r = shortest_row(p_ext, c_ext)
-            _, ids, mask, width = trimmed([r], p_ext[r], max(c_ext[r], 1))
+            _, ids, mask, width = _trimmed(input_ids, attention_mask, P, [r], p_ext[r], max(c_ext[r], 1))
         else:  # no rows on this rank at all
             ids = input_ids.new_zeros((1, 2))
             mask, width = torch.ones_like(ids), 1
