@@ -359,7 +359,8 @@ def _fail(message: str) -> None:
 
 def _settings_from_recipe(path: str) -> dict:
     """Server settings from a recipe YAML: model, port, max_model_len (absent when the recipe bounds neither the prompt
-    nor the context), lora_rank, wait (the recipe's vllm_server_timeout: how long its trainer waits for the server)."""
+    nor the context), lora_rank, wait (the recipe's vllm_server_timeout: how long its trainer waits for the server),
+    tensor_parallel_size (its vllm_server_tensor_parallel_size: the GPUs its timeouts were sized for)."""
     import yaml
 
     if not Path(path).is_file():
@@ -398,6 +399,8 @@ def _settings_from_recipe(path: str) -> dict:
         out["max_model_len"] = int(prompt) + int(completion)
     if recipe.get("vllm_server_timeout") is not None:
         out["wait"] = float(recipe["vllm_server_timeout"])
+    if recipe.get("vllm_server_tensor_parallel_size") is not None:
+        out["tensor_parallel_size"] = int(recipe["vllm_server_tensor_parallel_size"])
     if recipe.get("weight_sync") == "lora":
         rank = recipe.get("lora_r")
         if rank is None:
@@ -421,7 +424,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="default: the recipe's vllm_server_port (or its base URL's), else 8000")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--max-model-len", type=int, help="default: recipe prompt + completion length")
-    p.add_argument("--tensor-parallel-size", type=int, default=1, help="GPU only")
+    p.add_argument("--tensor-parallel-size", type=int,
+                   help="GPU only (default: the recipe's vllm_server_tensor_parallel_size on GPU, else 1)")
     p.add_argument("--data-parallel-size", type=int, default=1, help="GPU only")
     p.add_argument("--gpu-memory-utilization", type=float, help="GPU only (default 0.9)")
     p.add_argument("--lora-rank", type=int, help="enable LoRA hot-swap; rounded up to a rank vLLM accepts "
@@ -473,6 +477,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         source = "--model" if args.model else f"--config {args.config} (model_name_or_path)"
         _fail(f"{source}: model folder {model} does not exist; build or download it first, or pass a hub id")
     device = detect_device() if args.device == "auto" else args.device
+    if args.tensor_parallel_size is None:  # the recipe's size only on GPU: a CPU server is one process
+        args.tensor_parallel_size = settings.get("tensor_parallel_size", 1) if device == "gpu" else 1
     config = model_config(model) if args.tensor_parallel_size > 1 else None
     problem = tensor_parallel_problem(config, args.tensor_parallel_size) if config else None
     if problem:

@@ -85,6 +85,32 @@ def test_server_context_is_bounded_explicitly(path):
         assert r.get("max_prompt_tokens"), "single-turn prompts must be bounded (longer ones are dropped)"
 
 
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: str(p.relative_to(REPO / "configs")))
+def test_timeouts_cover_one_generation_batch(path):
+    """TRL sends a generation batch as one POST and the other ranks wait for it in broadcast_object_list, so
+    vllm_request_timeout and ddp_timeout must cover the batch: rollouts x the server's context per sequence /
+    (the preflight's assumed tokens/s per GPU x the recipe's server GPUs), computed here from the YAML by hand
+    (TrainingArguments' ddp_timeout default 1800, ours for vllm_request_timeout 600); ddp_timeout above
+    vllm_request_timeout, so a hung server is named by the request's error, not NCCL's watchdog."""
+    from trainer.tools.preflight import GENERATION_TOKENS_PER_S_PER_GPU
+
+    r = recipe(path)
+    if not (r.get("use_vllm") and r.get("vllm_mode") == "server"):
+        pytest.skip("not server mode")
+    rollouts = r["per_device_train_batch_size"] * r["launch_processes"] * r["steps_per_generation"]
+    tokens = vs._settings_from_recipe(str(path))["max_model_len"]
+    gpus = r.get("vllm_server_tensor_parallel_size", 1)
+    seconds = rollouts * tokens / (GENERATION_TOKENS_PER_S_PER_GPU * gpus)
+    request, ddp = r.get("vllm_request_timeout", 600), r.get("ddp_timeout", 1800)
+    assert request >= seconds, f"vllm_request_timeout {request} < {seconds:.0f} s for {rollouts} x {tokens} tokens"
+    assert ddp >= seconds and ddp > request, f"ddp_timeout {ddp} vs {seconds:.0f} s and vllm_request_timeout"
+    if gpus > 1:  # the size must split the model (config.json, else the published shape the preflight knows)
+        from trainer.tools.preflight import model_config
+
+        config, _ = model_config(r["model_name_or_path"])
+        assert config and vs.tensor_parallel_problem(config, gpus) is None
+
+
 def test_launcher_refuses_to_guess_the_context(tmp_path):
     (tmp_path / "model").mkdir()
     bad = tmp_path / "r.yaml"
@@ -109,3 +135,17 @@ def test_deepspeed_accumulates_gradients_in_fp32(name):
     cfg["zero_optimization"] = {k: (1e6 if v == "auto" else v) for k, v in cfg["zero_optimization"].items()}
     parsed = DeepSpeedConfig(cfg)
     assert parsed.grad_accum_dtype is not None and DtypeEnum(parsed.grad_accum_dtype).value is torch.float32
+
+
+def test_zero3_overlaps_communication_with_compute():
+    """DeepSpeed's own parser: zero3.json turns overlap_comm on (DeepSpeed's stage-3 default,
+    deepspeed/runtime/zero/config.py:384-387; off, the parameter all-gathers and gradient reduce-scatters run on the
+    compute stream, parameter_offload.py:195-196 and stage3.py:340-341, so ZeRO-3's prefetch overlaps nothing). The
+    memory it costs is counted in trainer/tools/memory_estimate.py ``reduce_buckets``."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    cfg = json.loads((REPO / "launch" / "deepspeed" / "zero3.json").read_text())
+    cfg.update({"bf16": {"enabled": True}, "fp16": {"enabled": False}, "gradient_accumulation_steps": 32,
+                "gradient_clipping": 1.0, "train_batch_size": 128, "train_micro_batch_size_per_gpu": 4})
+    cfg["zero_optimization"] = {k: (1e6 if v == "auto" else v) for k, v in cfg["zero_optimization"].items()}
+    assert DeepSpeedConfig(cfg).zero_config.overlap_comm is True

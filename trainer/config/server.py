@@ -64,6 +64,15 @@ class ServerFields:
         default="policy",
         metadata={"help": "lora: the adapter name on the server; generation requests name it as their model."},
     )
+    vllm_server_tensor_parallel_size: int = field(
+        default=1,
+        metadata={
+            "help": "Server mode: the GPUs the recipe's vLLM server shards the model over (its "
+            "--tensor-parallel-size). launch/vllm_server.py --config serves with it on GPU, and the preflight "
+            "(launch/train.py --dry-run) divides one generation batch's tokens by it to check vllm_request_timeout "
+            "and ddp_timeout. The trainer does not start the server and reads it nowhere else."
+        },
+    )
 
 
 def validate_server_fields(cfg) -> None:
@@ -88,6 +97,10 @@ def validate_server_fields(cfg) -> None:
             f"vllm_mode={cfg.vllm_mode!r}",
             "set use_vllm: true and vllm_mode: server, or leave weight_sync: auto",
         )
+    if cfg.vllm_server_tensor_parallel_size < 1:
+        tp = cfg.vllm_server_tensor_parallel_size
+        raise ConfigError("vllm_server_tensor_parallel_size", f"must be >= 1 (got {tp})",
+                          "use the server's GPU count, e.g. 4")
     if not cfg.weight_sync_lora_name or "/" in cfg.weight_sync_lora_name:
         raise ConfigError(
             "weight_sync_lora_name",

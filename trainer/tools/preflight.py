@@ -4,13 +4,17 @@ multi-hour GPU job is queued, checked without loading a model.
 Prints the resolved world size against the recipe's ``launch_processes``, the batch geometry, the weight-sync mode,
 the vLLM server command (flags for the server interpreter's vLLM version), package availability and versions, the
 context length against the prompt + completion bounds, attention heads against the server's tensor-parallel size,
-the W&B mode, disk for ``save_total_limit`` checkpoints, and an analytic per-GPU memory estimate with its peak phase
-(trainer/tools/memory_estimate.py). Each line is ``ok``, ``WARN`` or ``FAIL``; the exit code is 1 when any line fails.
+the W&B mode, disk for ``save_total_limit`` checkpoints, an analytic per-GPU memory estimate with its peak phase
+(trainer/tools/memory_estimate.py), and in server mode the time one generation batch takes on the server against
+``vllm_request_timeout`` and ``ddp_timeout`` (:func:`generation_estimate`). Each line is ``ok``, ``WARN`` or ``FAIL``;
+the exit code is 1 when any line fails.
 
 Extra flags (before or after the recipe's): ``--num_processes N`` / ``--accelerate_config FILE`` (the launch; default:
 ``$WORLD_SIZE`` under ``accelerate launch``, else the accelerate config the recipe's header names),
-``--tensor_parallel_size N`` (the server's, default 1) and ``--gpu_memory_gb G`` (default: this machine's GPU, else
-80).
+``--tensor_parallel_size N`` (the server's; default the recipe's ``vllm_server_tensor_parallel_size``),
+``--data_parallel_size N`` (the server's, default 1), ``--generation_tokens_per_s_per_gpu R`` (the throughput assumed
+for the generation estimate, default :data:`GENERATION_TOKENS_PER_S_PER_GPU`) and ``--gpu_memory_gb G`` (default: this
+machine's GPU, else 80).
 On a machine without a GPU a ``bf16: true`` recipe is parsed with bf16 off (TrainingArguments refuses bf16 there);
 the estimate still assumes bf16 on the GPU.
 """
@@ -20,10 +24,12 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import math
 import os
 import re
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +66,21 @@ KNOWN_CONFIGS: dict[str, dict[str, Any]] = {
                             head_dim=128, intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False,
                             max_position_embeddings=131072),
 }
+# Assumed vLLM decode throughput of ONE server GPU (80 GB H100/H200 class, bf16) on our recipes' long completions, in
+# generated tokens per second. An assumption, not a measurement (no GPU here); override it with
+# --generation_tokens_per_s_per_gpu once a run logs its own. Where it comes from: long decodes are bound by HBM
+# bandwidth, and each decode step reads the weights plus every resident sequence's KV cache. Qwen3-8B: 16.4 GB of
+# bf16 weights, KV 2 x 36 layers x 8 KV heads x 128 x 2 B = 147 KB per token, ~51 GB of KV cache at
+# gpu_memory_utilization 0.9 -> ~70 sequences of ~5k resident tokens; one step reads ~67 GB at 3.35 TB/s (H100 SXM)
+# = 20 ms -> ~3,400 tokens/s at full bandwidth, ~2,500 at a 70-75% achieved fraction. Qwen3-4B and 1.7B have the same
+# or similar KV per token (147 / 115 KB), so at these lengths the KV reads dominate and the figure barely moves with
+# model size. Short-sequence benchmarks quote several times more (large batches, little KV); they do not apply to
+# 8k-16k-token reasoning traces.
+GENERATION_TOKENS_PER_S_PER_GPU = 2500.0
+TIMEOUT_HEADROOM = 1.5  # suggested timeouts: the estimate x this, rounded up to TIMEOUT_STEP_S
+TIMEOUT_STEP_S = 300
+DDP_SLACK_S = 600  # ddp_timeout above vllm_request_timeout: a hung server is named by the request's error first
+
 KNOWN_CONFIGS["Qwen/Qwen3-1.7B-Base"] = KNOWN_CONFIGS["Qwen/Qwen3-1.7B"] | {"max_position_embeddings": 32768}
 KNOWN_CONFIGS["Qwen/Qwen2.5-3B-Instruct"] = KNOWN_CONFIGS["Qwen/Qwen2.5-3B"]
 
@@ -88,7 +109,9 @@ def _split_argv(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--num_processes", type=int)
     p.add_argument("--accelerate_config")
-    p.add_argument("--tensor_parallel_size", type=int, default=1)
+    p.add_argument("--tensor_parallel_size", type=int)
+    p.add_argument("--data_parallel_size", type=int, default=1)
+    p.add_argument("--generation_tokens_per_s_per_gpu", type=float, default=GENERATION_TOKENS_PER_S_PER_GPU)
     p.add_argument("--gpu_memory_gb", type=float)
     return p.parse_known_args(argv)
 
@@ -154,6 +177,68 @@ def _gb(x: float) -> str:
     return f"{x / mem.GB:.1f} GB"
 
 
+@dataclass(frozen=True)
+class GenerationEstimate:
+    """Seconds the server needs for one generation batch: TRL 1.16 sends the whole batch as one ``POST
+    /v1/completions`` from the main process (trl==1.16.0:trl/generation/vllm_generation.py:592-640) while the other
+    ranks wait in ``broadcast_object_list`` (line 644). Upper bound on length: every rollout runs to
+    ``tokens_per_rollout`` (the server's context per sequence, prompt bound + max_completion_length); the throughput
+    is the stated assumption ``tokens_per_s_per_gpu``, scaled linearly with the server's GPUs."""
+
+    rollouts: int
+    tokens_per_rollout: int
+    server_gpus: int
+    tokens_per_s_per_gpu: float
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one generation batch."""
+        return self.rollouts * self.tokens_per_rollout
+
+    @property
+    def seconds(self) -> float:
+        """Estimated seconds for the batch on the whole server."""
+        return self.tokens / (self.tokens_per_s_per_gpu * self.server_gpus)
+
+
+def suggested_timeout(seconds: float) -> int:
+    """A timeout for a step estimated at ``seconds``: TIMEOUT_HEADROOM x it, rounded up to TIMEOUT_STEP_S."""
+    return TIMEOUT_STEP_S * math.ceil(TIMEOUT_HEADROOM * seconds / TIMEOUT_STEP_S)
+
+
+def check_generation_time(report: Report, est: GenerationEstimate, tp: int, dp: int, request_timeout: float,
+                          ddp_timeout: float) -> None:
+    """The estimate line, then ``vllm_request_timeout`` and ``ddp_timeout`` against it: FAIL below it, naming the field
+    and the value to set; ``ddp_timeout`` not above ``vllm_request_timeout`` is a WARN (a hung server would then end
+    the job by NCCL's watchdog on the other ranks before the request's own error names it)."""
+    report.add("", "generation estimate", (
+        f"{est.rollouts} rollouts x {est.tokens_per_rollout} tokens (every rollout at its limit) = "
+        f"{est.tokens / 1e6:.2f} M tokens per generation batch / ({est.tokens_per_s_per_gpu:.0f} tokens/s per GPU, "
+        f"assumed: --generation_tokens_per_s_per_gpu, x {est.server_gpus} server GPUs: TP {tp} x DP {dp}) = "
+        f"{est.seconds:.0f} s ({est.seconds / 60:.1f} min), one POST /v1/completions"))
+    want = suggested_timeout(est.seconds)
+    if request_timeout < est.seconds:
+        report.add("FAIL", "request timeout", (
+            f"vllm_request_timeout {request_timeout:.0f} s < the {est.seconds:.0f} s estimate: the generation POST "
+            f"times out every batch -> set vllm_request_timeout: {want} (the estimate x {TIMEOUT_HEADROOM}), or "
+            "serve on more GPUs (vllm_server_tensor_parallel_size)"))
+    else:
+        report.add("ok", "request timeout", f"vllm_request_timeout {request_timeout:.0f} s >= the "
+                   f"{est.seconds:.0f} s estimate")
+    want_ddp = max(want, int(math.ceil(request_timeout))) + DDP_SLACK_S
+    if ddp_timeout < est.seconds:
+        report.add("FAIL", "ddp timeout", (
+            f"ddp_timeout {ddp_timeout:.0f} s < the {est.seconds:.0f} s estimate: the other ranks wait that long in "
+            f"broadcast_object_list and NCCL's watchdog ends the job -> set ddp_timeout: {want_ddp}"))
+    elif ddp_timeout <= request_timeout:
+        report.add("WARN", "ddp timeout", (
+            f"ddp_timeout {ddp_timeout:.0f} s <= vllm_request_timeout {request_timeout:.0f} s: a hung server ends the "
+            f"job by NCCL's watchdog before the request's error names it -> set ddp_timeout: {want_ddp}"))
+    else:
+        report.add("ok", "ddp timeout", f"ddp_timeout {ddp_timeout:.0f} s >= the {est.seconds:.0f} s estimate and > "
+                   "vllm_request_timeout")
+
+
 def run(argv: list[str]) -> Report:
     """Build the preflight report for ``argv`` (the recipe's argv plus the extra flags of the module docstring)."""
     import torch
@@ -201,6 +286,8 @@ def run(argv: list[str]) -> Report:
 
     # --- generation server and weight sync -------------------------------------------------------------------
     server = bool(args.use_vllm) and args.vllm_mode == "server"
+    tp = opts.tensor_parallel_size or args.vllm_server_tensor_parallel_size
+    prompt_bound = task.max_prompt_tokens
     target_cuda = not raw.get("use_cpu", False)
     settings = vllm_server._settings_from_recipe(path) if server else {}
     if server:
@@ -219,12 +306,17 @@ def run(argv: list[str]) -> Report:
         try:
             argv_, env = vllm_server.build_command(
                 model, device="gpu", port=settings.get("port", 8000), max_model_len=settings.get("max_model_len"),
-                tensor_parallel_size=opts.tensor_parallel_size, lora_rank=settings.get("lora_rank"), python=python,
-                vllm_version=version)
+                tensor_parallel_size=tp, data_parallel_size=opts.data_parallel_size,
+                lora_rank=settings.get("lora_rank"), python=python, vllm_version=version)
             report.add("ok" if version else "WARN", "server command",
                        f"(vLLM {version or 'not installed for ' + python}) " + vllm_server._shell_line(argv_, env))
         except ValueError as e:
             report.add("FAIL", "server command", str(e))
+        est = GenerationEstimate(
+            rollouts=per_step * args.steps_per_generation,
+            tokens_per_rollout=settings.get("max_model_len") or (prompt_bound or 0) + args.max_completion_length,
+            server_gpus=tp * opts.data_parallel_size, tokens_per_s_per_gpu=opts.generation_tokens_per_s_per_gpu)
+        check_generation_time(report, est, tp, opts.data_parallel_size, args.vllm_request_timeout, args.ddp_timeout)
         needs_vllm = args.vllm_mode == "colocate" or sync == "nccl"
     else:
         needs_vllm = bool(args.use_vllm)
@@ -258,7 +350,6 @@ def run(argv: list[str]) -> Report:
     if model_name.startswith("offline:"):
         model_name = resolve_model_path(model_name)
     config, origin = model_config(model_name)
-    prompt_bound = task.max_prompt_tokens
     length = settings.get("max_model_len") or ((prompt_bound or 0) + args.max_completion_length)
     if config is None:
         report.add("WARN", "model config", f"{model_name}: no config.json here; context, heads and memory unchecked")
@@ -270,9 +361,9 @@ def run(argv: list[str]) -> Report:
         ok = length <= shape.max_positions
         report.add("ok" if ok else "FAIL", "context", f"prompt bound {prompt_bound} + completion "
                    f"{args.max_completion_length} -> {length} tokens per sequence vs {shape.max_positions} positions")
-    problem = vllm_server.tensor_parallel_problem(config, opts.tensor_parallel_size)
+    problem = vllm_server.tensor_parallel_problem(config, tp)
     valid = [n for n in (1, 2, 4, 8) if vllm_server.tensor_parallel_problem(config, n) is None]
-    report.add("FAIL" if problem else "ok", "heads % TP", problem or f"TP {opts.tensor_parallel_size} splits "
+    report.add("FAIL" if problem else "ok", "heads % TP", problem or f"TP {tp} splits "
                f"{shape.heads} heads / {shape.kv_heads} KV heads (valid: {valid})")
 
     # --- W&B ----------------------------------------------------------------------------------------------------
