@@ -466,6 +466,17 @@ def test_paper_recipe_matches_paper(rel):
     assert got["warmup_steps"] == 0  # constant schedule without warm-up
 
 
+@pytest.mark.parametrize("rel", sorted(UECR_RECIPES))
+def test_uecr_recipes_bound_each_forward_by_tokens(rel):
+    """The UECR rows score 16k-token responses with a frozen teacher: a token budget makes the teacher's forwards
+    length-sorted and trimmed instead of teacher_micro_batch_size rows padded to the batch's longest (issue 32, C.8).
+    The budget is exactly the per_device_train_batch_size rows of prompt + completion bound a micro-step held, so the
+    policy backward's memory bound does not move."""
+    task, args, _ = parse_here(ROOT / rel)
+    assert args.micro_batch_tokens == args.per_device_train_batch_size * (
+        task.max_prompt_tokens + args.max_completion_length) == 2 * 18432
+
+
 def test_readme_names_every_recipe():
     """configs/README.md maps the papers' tables to recipe files: every YAML under configs/ must appear in it."""
     import re
