@@ -158,6 +158,9 @@ def test_generation_estimate_is_the_hand_computation(monkeypatch):
     slow = report(GRPO_8B, "--weight_sync", "disk", "--generation_tokens_per_s_per_gpu", "1250")
     assert f"= {2 * hand:.0f} s" in lines(slow, "generation estimate")[0][1]
     assert lines(slow, "request timeout")[0][0] == "FAIL"
+    # A shorter max_completion_length asks the server for less: 1024 x (2048 + 1024) / 10000 = 315 s.
+    short = report(GRPO_8B, "--weight_sync", "disk", "--max_completion_length", "1024")
+    assert f"= {1024 * 3072 / 10000:.0f} s" in lines(short, "generation estimate")[0][1]
 
 
 @pytest.mark.parametrize("flag, value, field, want", [
