@@ -182,7 +182,8 @@ class GenerationEstimate:
     """Seconds the server needs for one generation batch: TRL 1.16 sends the whole batch as one ``POST
     /v1/completions`` from the main process (trl==1.16.0:trl/generation/vllm_generation.py:592-640) while the other
     ranks wait in ``broadcast_object_list`` (line 644). Upper bound on length: every rollout runs to
-    ``tokens_per_rollout`` (the server's context per sequence, prompt bound + max_completion_length); the throughput
+    ``tokens_per_rollout`` (:func:`rollout_tokens`: prompt bound + max_completion_length, within the server's
+    context); the throughput
     is the stated assumption ``tokens_per_s_per_gpu``, scaled linearly with the server's GPUs."""
 
     rollouts: int
@@ -199,6 +200,14 @@ class GenerationEstimate:
     def seconds(self) -> float:
         """Estimated seconds for the batch on the whole server."""
         return self.tokens / (self.tokens_per_s_per_gpu * self.server_gpus)
+
+
+def rollout_tokens(server_context: int | None, prompt_bound: int | None, max_completion_length: int) -> int:
+    """Tokens of one rollout at its limit: prompt bound + max_completion_length (what a request may ask for), capped
+    by the server's context (no sequence outgrows it); whichever of the two is known."""
+    asked = (prompt_bound + max_completion_length) if prompt_bound else None
+    bounds = [b for b in (server_context, asked) if b]
+    return min(bounds) if bounds else max_completion_length
 
 
 def suggested_timeout(seconds: float) -> int:
@@ -314,7 +323,7 @@ def run(argv: list[str]) -> Report:
             report.add("FAIL", "server command", str(e))
         est = GenerationEstimate(
             rollouts=per_step * args.steps_per_generation,
-            tokens_per_rollout=settings.get("max_model_len") or (prompt_bound or 0) + args.max_completion_length,
+            tokens_per_rollout=rollout_tokens(settings.get("max_model_len"), prompt_bound, args.max_completion_length),
             server_gpus=tp * opts.data_parallel_size, tokens_per_s_per_gpu=opts.generation_tokens_per_s_per_gpu)
         check_generation_time(report, est, tp, opts.data_parallel_size, args.vllm_request_timeout, args.ddp_timeout)
         needs_vllm = args.vllm_mode == "colocate" or sync == "nccl"
