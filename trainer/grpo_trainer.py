@@ -24,7 +24,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trainer import trl_contact
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
-from trainer.guards import atomic_checkpoint
+from trainer.guards import atomic_checkpoint, generation_resume
 from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from trainer.guards.numerics import NonFiniteGuard, NonFiniteStepCallback
 from trainer.guards.rewards import RewardGuard
@@ -103,8 +103,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # RAGEN's reward-variance collapse stop (trainer/methods/reward_variance_stop.py)
         if args.reward_variance_stop_steps > 0:
             self._rv_stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
-            per_batch = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
-            self.add_callback(RewardVarianceStopCallback(self._rv_stop, per_batch))
+            per_batch = generation_resume.micro_steps_per_batch(args)  # TRL's counter decides when it generates
+            self.add_callback(RewardVarianceStopCallback(
+                self._rv_stop, lambda: trl_contact.micro_step(self) % per_batch == 0))
         if args.val_before_train:
             self.add_callback(EvaluateBeforeTrainingCallback(self))
         self._collapse = CollapseDetector(args, trl_contact.tokenizer(self)) if args.collapse_detection else None
@@ -122,6 +123,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
                   ("reward_variance_stop", self._rv_stop))
         self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
         self._checkpointed.update(self._stage_states)
+        # TRL's micro-step counter, so generation boundaries survive a resume (trainer/guards/generation_resume.py)
+        self._checkpointed[generation_resume.STATE_KEY] = generation_resume.GenerationCursor(self)
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
         if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
             raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
@@ -356,6 +359,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         try:
             super()._save_checkpoint(model, trial)
             self._record_published_best(run_dir, staged)
+            generation_resume.save_batch(self, staged)  # inside a generation batch: its rest, for an exact resume
             state = self._stage_state()
             if state and self.args.should_save:
                 with open(os.path.join(staged, STAGE_STATE_FILE), "w") as fh:
@@ -383,6 +387,20 @@ class WinnowGRPOTrainer(GRPOTrainer):
             if self.args.should_save:  # transformers wrote the state with the staging path: write it again
                 self.state.save_to_json(os.path.join(staged, TRAINER_STATE_NAME))
 
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
+              ignore_keys_for_eval: list[str] | None = None, **kwargs: Any):
+        """HF Trainer's train; a resume from a checkpoint inside a generation batch that cannot continue exactly is
+        refused first, before any weight is loaded (trainer/guards/generation_resume.py)."""
+        checkpoint = resume_from_checkpoint
+        if isinstance(checkpoint, bool) and checkpoint:  # HF Trainer's own resolution of True
+            from transformers.trainer_utils import get_last_checkpoint
+
+            checkpoint = get_last_checkpoint(self.args.output_dir)
+        if checkpoint:
+            generation_resume.check_resumable(self, checkpoint, STAGE_STATE_FILE)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         path = os.path.join(checkpoint, STAGE_STATE_FILE) if checkpoint else None
@@ -392,6 +410,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             for key, obj in self._checkpointed.items():
                 if key in state:
                     obj.load_state_dict(state[key])
+        if checkpoint:  # TRL's counter and, inside a generation batch, its buffered rest (refused in train if absent)
+            generation_resume.restore(self, checkpoint, STAGE_STATE_FILE)
 
     # --- helpers -------------------------------------------------------------------------------------
 

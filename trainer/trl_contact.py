@@ -126,6 +126,11 @@ def advance_micro_step(trainer: Any) -> None:
     trainer._step += 1
 
 
+def set_micro_step(trainer: Any, step: int) -> None:
+    """Set TRL's micro-step counter: on resume, to the checkpoint's value (TRL starts it at 0 again)."""
+    trainer._step = int(step)
+
+
 def buffered_inputs(trainer: Any) -> list[dict[str, Any]]:
     """The generation batch TRL split into ``steps_per_generation`` micro-batches (``_buffered_inputs``)."""
     return trainer._buffered_inputs

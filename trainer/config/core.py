@@ -432,8 +432,9 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
 
     def _validate_checkpoint_alignment(self) -> None:
         """Warn when a checkpoint can fall inside a generation batch: TRL keeps the batch's remaining micro-batches
-        only in memory and generates a fresh batch after a resume, so such a resume is not exact. A warning, not an
-        error: TRL accepts the configuration (its default save_steps 500 is one), and training itself is unaffected.
+        only in memory, so such a checkpoint also stores them, one generation batch per process, for an exact resume
+        (trainer/guards/generation_resume.py). A warning, not an error: TRL accepts the configuration (its default
+        save_steps 500 is one), and training and resume are unaffected; only the checkpoints grow.
 
         TRL generates when its micro-step counter is a multiple of steps_per_generation x num_iterations, and
         optimizer step s ends at micro-step s x gradient_accumulation_steps (integer arithmetic, no float modulo)."""
@@ -447,9 +448,9 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         aligned = per_batch // math.gcd(per_batch, accum)  # the smallest save_steps on a batch boundary
         warnings.warn(
             f"WinnowConfig.save_steps: {self.save_steps:g} optimizer steps puts checkpoints inside a generation batch "
-            f"({per_batch} micro-steps = steps_per_generation x num_iterations, {accum} per optimizer step), so a run "
-            "resumed from one regenerates that batch and does not continue exactly. Fix: use a multiple of "
-            f"{aligned} for save_steps",
+            f"({per_batch} micro-steps = steps_per_generation x num_iterations, {accum} per optimizer step), so each "
+            "such checkpoint also stores every process's rollouts of that batch (winnow_generation_batch_*.pt) for an "
+            f"exact resume. Fix, for checkpoints without them: use a multiple of {aligned} for save_steps",
             stacklevel=2,
         )
 

@@ -6,14 +6,19 @@ iteration that was not skipped as empty, the batch's mean within-group reward st
 over all groups before filtering) is recorded. The first 10 such values set the baseline (their mean); after that,
 training stops once 10 consecutive values are all below 0.1 x baseline. Here one iteration is one generation
 batch; the stop takes effect at the end of that batch's last optimizer step (upstream stops after the iteration's
-update), with a message naming the knob. State is saved in checkpoints (``winnow_stage_state.json``).
+update), with a message naming the knob. "The end of a batch" is read from TRL's own micro-step counter (a
+multiple of steps_per_generation x num_iterations after the step), not from ``global_step``: the counter is what
+decides when TRL generates, and it is checkpointed and restored on resume (trainer/guards/generation_resume.py);
+when a step spans two batches (S x mu not a multiple of A) the stop waits for the first step that ends on a batch
+boundary, so its checkpoint resumes without a saved batch. State is saved in checkpoints
+(``winnow_stage_state.json``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from transformers import TrainerCallback
@@ -70,15 +75,11 @@ class RewardVarianceStop:
 class RewardVarianceStopCallback(TrainerCallback):
     """Stops training at the end of the generation batch in which :class:`RewardVarianceStop` triggered."""
 
-    def __init__(self, monitor: RewardVarianceStop, steps_per_batch: int):
-        self.monitor, self.steps_per_batch = monitor, max(int(steps_per_batch), 1)
+    def __init__(self, monitor: RewardVarianceStop, batch_ended: Callable[[], bool]):
+        self.monitor, self.batch_ended = monitor, batch_ended  # batch_ended: the step just taken ends a batch
 
     def on_step_end(self, args, state, control, **kwargs):
-        if (
-            self.monitor.triggered
-            and state.global_step % self.steps_per_batch == 0
-            and not control.should_training_stop
-        ):
+        if self.monitor.triggered and self.batch_ended() and not control.should_training_stop:
             m = self.monitor
             message = (
                 f"winnow-rl: stopping at step {state.global_step}: reward variance collapsed -- the mean within-group "
