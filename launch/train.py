@@ -26,6 +26,49 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 TRACEBACK_FLAG = "--traceback"
+# The CUDA caching allocator's setting for the trainer: long, varying sequence lengths fragment fixed-size segments
+# (trainer/tools/memory_estimate.py counts a fixed 3 GB for it); expandable segments grow in place instead.
+ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+
+def set_allocator_conf(argv: list[str], environ: dict | None = None) -> str | None:
+    """Put ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` into ``environ`` (default ``os.environ``) before torch
+    starts, unless the user set an allocator config (that one, or torch's newer ``PYTORCH_ALLOC_CONF``, which it reads
+    first) or the recipe asks for vLLM's sleep mode in the trainer: vLLM's CuMemAllocator asserts that no expandable
+    segments are configured. Returns the value set, or None."""
+    environ = os.environ if environ is None else environ
+    name, value = ALLOC_CONF
+    if name in environ or "PYTORCH_ALLOC_CONF" in environ or _sleep_mode_requested(argv):
+        return None
+    environ[name] = value
+    return value
+
+
+def _sleep_mode_requested(argv: list[str]) -> bool:
+    """``vllm_enable_sleep_mode`` true on the command line or, failing that, in the ``--config`` recipe (read with
+    yaml alone: torch must not start before the allocator setting). An unreadable recipe counts as no: the real
+    parser reports it."""
+    import yaml
+
+    flag = _cli_value(argv, "vllm_enable_sleep_mode")
+    path = _cli_value(argv, "config")
+    if flag is None and path:
+        try:
+            flag = (yaml.safe_load(Path(path).read_text()) or {}).get("vllm_enable_sleep_mode")
+        except (OSError, yaml.YAMLError, AttributeError):
+            return False
+    return str(flag).strip().lower() in ("true", "1", "yes")
+
+
+def _cli_value(argv: list[str], name: str) -> str | None:
+    """The value of ``--name value`` / ``--name=value`` in ``argv`` ("true" for a bare boolean flag), else None."""
+    for i, arg in enumerate(argv):
+        if arg == f"--{name}":
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            return "true" if following is None or following.startswith("--") else following
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,4 +119,5 @@ if __name__ == "__main__":
         from trainer.tools.preflight import main as preflight
 
         sys.exit(preflight([a for a in sys.argv[1:] if a != "--dry-run"]))
+    set_allocator_conf(sys.argv[1:])  # before main() imports torch: every rank's trainer process starts here
     sys.exit(main())

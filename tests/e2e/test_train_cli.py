@@ -386,3 +386,37 @@ def test_eval_records_a_system_config_only_once_its_model_loaded(tmp_path):
     summary = run(config({"name": "sys", "backend": "oracle_gold"}))
     assert summary["systems"]["sys"]["benchmarks"]["arithmetic"]["mean"] == 1.0
     assert json.loads((tmp_path / "eval" / "sys" / "config.json").read_text())["system"]["backend"] == "oracle_gold"
+
+
+def test_trainer_starts_with_expandable_segments_unless_the_user_or_sleep_mode_says_otherwise(tmp_path):
+    """launch/train.py sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before torch starts (issue 32, C.9); a
+    user's own allocator config (either name torch reads) is left alone, and so is a recipe that enables vLLM's sleep
+    mode, whose CuMemAllocator asserts that expandable segments are off -- from the YAML or the command line, where
+    the command line wins."""
+    plain = _write(tmp_path / "plain.yaml", {**RECIPE, "output_dir": str(tmp_path / "o")})
+    sleepy = _write(tmp_path / "sleep.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"),
+                                              "vllm_enable_sleep_mode": True})
+    cases = [
+        ({}, ["--config", str(plain)], "expandable_segments:True"),
+        ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}, ["--config", str(plain)], "max_split_size_mb:512"),
+        ({"PYTORCH_ALLOC_CONF": "max_split_size_mb:256"}, ["--config", str(plain)], None),
+        ({}, ["--config", str(sleepy)], None),
+        ({}, ["--config", str(plain), "--vllm_enable_sleep_mode"], None),
+        ({}, ["--config", str(sleepy), "--vllm_enable_sleep_mode", "false"], "expandable_segments:True"),
+        ({}, ["--config", str(tmp_path / "missing.yaml")], "expandable_segments:True"),
+    ]
+    for environ, argv, expected in cases:
+        env = dict(environ)
+        train_cli.set_allocator_conf(argv, env)
+        assert env.get("PYTORCH_CUDA_ALLOC_CONF") == expected, (environ, argv)
+    # the entry point itself: the process that runs launch/train.py holds the setting when main() starts torch
+    # (a recipe error ends it right after parsing)
+    bad = _write(tmp_path / "bad.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"), "learning_rat": 1})
+    probe = ("import os, runpy, sys\n"
+             f"sys.argv = ['launch/train.py', '--config', {str(bad)!r}]\n"
+             "try:\n    runpy.run_path('launch/train.py', run_name='__main__')\n"
+             "except SystemExit as e:\n    print('exit', e.code, os.environ.get('PYTORCH_CUDA_ALLOC_CONF'))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**env, "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.stdout.strip().splitlines()[-1] == "exit 2 expandable_segments:True", proc.stderr[-2000:]
