@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--dtype", default="auto", help="weights dtype of both models (auto = the checkpoint's)")
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--micro_batch_size", type=int, default=4, help="responses per forward")
+    p.add_argument("--micro_batch_tokens", type=int, default=None,
+                   help="token budget per forward instead: length-sorted responses, at most this many tokens "
+                   "(prompt + response, padded) per forward (a longer response runs alone)")
     p.add_argument("--out", type=Path, default=None, help="combined output (default <eval_dir>/teacher_scored.jsonl)")
     a = p.parse_args(argv)
     overrides = {}
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> Path:
     for name in a.systems:
         records += score_system(a.eval_dir / name, a.teacher, teacher=teacher, checkpoint_path=overrides.get(name),
                                 max_tokens=a.max_tokens, dtype=a.dtype, device=a.device,
-                                micro_batch_size=a.micro_batch_size)
+                                micro_batch_size=a.micro_batch_size, micro_batch_tokens=a.micro_batch_tokens)
         print(f"{name}: scored")
     out = a.out or a.eval_dir / "teacher_scored.jsonl"
     out.write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -105,5 +105,9 @@ def test_token_cap_and_rerun(scored_eval, tiny_model):
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert all(r["teacher_max_tokens"] == 4 for r in records) and max(r["teacher_tokens"] for r in records) == 4
     check_against_direct(records, teacher_path, tiny_model, cap=4)
+    # a token budget per forward (length-sorted, trimmed chunks) scores the same
+    path = score(["--eval_dir", str(out), "--teacher", teacher_path, "--max_tokens", "6", "--micro_batch_tokens",
+                  "40", "--out", str(out / "budget.jsonl")])
+    check_against_direct([json.loads(line) for line in path.read_text().splitlines()], teacher_path, tiny_model, cap=6)
     with pytest.raises(SystemExit):  # a system folder that does not exist is one argparse line
         score(["--eval_dir", str(out), "--teacher", teacher_path, "--systems", "step-9"])

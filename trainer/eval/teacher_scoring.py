@@ -56,9 +56,12 @@ def group_scores(
     pad_token_id: int = 0,
     micro_batch_size: int = 4,
     chunk_tokens: int = 512,
+    micro_batch_tokens: int | None = None,
 ) -> tuple[list[float], list[int]]:
     """Teacher scores and scored-token counts of one question's responses (all share ``prompt_ids``):
-    prompt + response rows, right-padded, scored by both models in one :func:`score_tokens` call each."""
+    prompt + response rows, right-padded, scored by both models in one :func:`score_tokens` call each
+    (``micro_batch_size`` rows per forward, each forward trimmed to its longest response, or with
+    ``micro_batch_tokens`` length-sorted forwards of at most that many tokens)."""
     device = next(checkpoint.parameters()).device
     L = max(1, max((len(c) for c in completions), default=0))
     P = len(prompt_ids)
@@ -70,7 +73,7 @@ def group_scores(
         ids[n, P : P + len(c)] = torch.as_tensor(list(c), dtype=torch.long, device=device)
         attention[n, : P + len(c)] = 1
         mask[n, : len(c)] = 1
-    common = dict(micro_batch_size=micro_batch_size, chunk_tokens=chunk_tokens)
+    common = dict(micro_batch_size=micro_batch_size, chunk_tokens=chunk_tokens, token_budget=micro_batch_tokens)
     t = score_tokens(teacher, ids, attention, L, **common)["logps"][0]
     s = score_tokens(checkpoint, ids, attention, L, **common)["logps"][0]
     scores = teacher_score(token_gap(t, s, mask), mask).double()
@@ -129,7 +132,8 @@ def check_system(
 
 def score_system(folder: str | Path, teacher_path: str, *, teacher: Any = None, checkpoint_path: str | None = None,
                  max_tokens: int = F4_MAX_TOKENS, dtype: str = "auto", device: str | None = None,
-                 micro_batch_size: int = 4, chunk_tokens: int = 512) -> list[dict[str, Any]]:
+                 micro_batch_size: int = 4, chunk_tokens: int = 512,
+                 micro_batch_tokens: int | None = None) -> list[dict[str, Any]]:
     """Score every response of one system folder and write ``teacher_scores.jsonl`` there; returns the records.
     ``teacher``: an already loaded teacher (scoring several checkpoints loads it once); ``checkpoint_path``
     overrides the model the folder's config names (a checkpoint folder that moved)."""
@@ -167,7 +171,7 @@ def score_system(folder: str | Path, teacher_path: str, *, teacher: Any = None, 
                         else tokenizer.encode(r["completion"], add_special_tokens=False))[:max_tokens] for r in recs]
         scores, counts = group_scores(teacher, checkpoint, prompt_ids, completions,
                                       pad_token_id=tokenizer.pad_token_id or 0, micro_batch_size=micro_batch_size,
-                                      chunk_tokens=chunk_tokens)
+                                      chunk_tokens=chunk_tokens, micro_batch_tokens=micro_batch_tokens)
         scored += [{**r, "teacher_score": s, "teacher_tokens": n, **stamp} for r, s, n in zip(recs, scores, counts)]
     tmp = out.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in scored))
