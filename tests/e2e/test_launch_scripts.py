@@ -425,7 +425,10 @@ def test_slurm_preflight_stops_a_launch_the_trainer_would_refuse(tmp_path):
 
 
 def test_slurm_preflight_passes_then_launches(tmp_path):
-    out = _preflight_slurm(tmp_path, EXTRA_TRAIN_ARGS="--launch_processes 16 --weight_sync disk")
+    # 16 processes make the generation batch 4 x the recipe's: 4096 x 10,240 tokens on the 8-GPU server is estimated
+    # at 2,097 s, so the timeouts are raised to the values the preflight names (it FAILs the recipe's 1800 s).
+    out = _preflight_slurm(tmp_path, EXTRA_TRAIN_ARGS="--launch_processes 16 --weight_sync disk "
+                           "--vllm_request_timeout 3300 --ddp_timeout 3900")
     assert out.returncode == 0, out.stderr
     assert re.search(r"^ok +world size +16 processes", out.stderr, re.M) and "\nFAIL" not in out.stderr
     log = (tmp_path / "srun.log").read_text().splitlines()
