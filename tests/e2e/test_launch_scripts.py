@@ -157,6 +157,22 @@ def test_dry_run_from_recipe(tmp_path):
     assert argv[argv.index("--max-lora-rank") + 1] == "64"
 
 
+def test_server_gpus_come_from_the_recipe(tmp_path):
+    """On GPU the recipe's vllm_server_tensor_parallel_size is the server's --tensor-parallel-size (the size its
+    timeouts were sized for), the flag overrides it, and a CPU server stays one process."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_name_or_path: Qwen/Qwen3-8B\nmax_prompt_tokens: 100\n"
+                      "vllm_server_tensor_parallel_size: 4\n")
+    assert vs._settings_from_recipe(str(recipe))["tensor_parallel_size"] == 4
+    for extra, want in (((), "4"), (("--tensor-parallel-size", "2"), "2")):
+        out = _cli("--config", str(recipe), "--device", "gpu", "--python", sys.executable, "--dry-run", *extra)
+        assert out.returncode == 0, out.stderr
+        argv = shlex.split(out.stdout.strip())
+        assert argv[argv.index("--tensor-parallel-size") + 1] == want
+    out = _cli("--config", str(recipe), "--device", "cpu", "--python", sys.executable, "--dry-run")
+    assert out.returncode == 0 and "parallelism is GPU-only" not in out.stderr, out.stderr
+
+
 def test_recipe_defaults_come_from_trl(tmp_path):
     from trl import GRPOConfig, ModelConfig
 
