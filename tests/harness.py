@@ -253,3 +253,31 @@ def kept_rows_only(inputs: dict[str, Any]) -> tuple[dict[str, Any], torch.Tensor
     sliced.pop("winnow_loss_scale", None)
     sliced["num_items_in_batch"] = (sliced["completion_mask"] * sliced["tool_mask"]).sum()
     return sliced, kept
+
+
+def near_policy_rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list]:
+    """:func:`deterministic_rollout_func` whose sampler log-probs are the policy's own (temperature-scaled, one
+    unpadded forward per row) plus a deterministic offset in [-0.1, 0.1] per token: vLLM-like log-probs, so TRL's
+    importance-sampling ratios are near 1 and vary (a VESPO phi far from 0 that padding can visibly break)."""
+    out = deterministic_rollout_func(prompts, trainer)
+    logprobs = []
+    with torch.no_grad():
+        for p, c, lp in zip(out["prompt_ids"], out["completion_ids"], out["logprobs"]):
+            logits = trainer.model(input_ids=torch.tensor([p + c], device=trainer.model.device)).logits
+            logits = logits[0, len(p) - 1 : -1].float() / trainer.temperature
+            own = torch.log_softmax(logits, -1).gather(1, torch.tensor(c, device=logits.device)[:, None])[:, 0]
+            logprobs.append((own.cpu() + (torch.tensor(lp) + 2.5) / 25).tolist())  # lp is in [-5, 0]
+    out["logprobs"] = logprobs
+    return out
+
+
+def use_vllm_importance_sampling(trainer: Any, mode: str = "token_truncate") -> Any:
+    """Turn on TRL's vLLM importance-sampling correction (``importance_sampling_ratio`` in the batch, computed from the
+    rollout's log-probs, trl==1.16.0:trl/trainer/grpo_trainer.py:2659-2706) without a vLLM server: the rollout_func
+    generates, so TRL only reads ``use_vllm`` for the correction and for weight syncs, which it skips while
+    ``_last_loaded_step`` is the current step: enough for a test that generates for its first step only."""
+    trainer.use_vllm = True
+    trainer.vllm_importance_sampling_correction = True
+    trainer.vllm_importance_sampling_mode = mode
+    trainer._last_loaded_step = trainer.state.global_step
+    return trainer

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_token_parity, spy_batches
+from harness import (
+    BASE_ARGS,
+    deterministic_rollout_func,
+    near_policy_rollout_func,
+    prompt_dataset,
+    reward_token_parity,
+    spy_batches,
+    use_vllm_importance_sampling,
+)
+from trl import GRPOTrainer
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
 from trainer.algorithms.dapo import mixed_groups
@@ -36,14 +45,14 @@ class Recorder:
         return out
 
 
-def build(tiny_model, tmp_path, reward, **overrides):
+def build(tiny_model, tmp_path, reward, rollout_func=deterministic_rollout_func, **overrides):
     args = WinnowConfig(
         output_dir=str(tmp_path / "out"),
         **{**BASE_ARGS, "per_device_train_batch_size": ROWS, "dynamic_sampling": True, "max_steps": 2,
            "dynamic_sampling_metric": "acc", **overrides},
     )
     return WinnowGRPOTrainer(model=tiny_model, reward_funcs=[reward], args=args, train_dataset=prompt_dataset(48),
-                             rollout_func=deterministic_rollout_func)
+                             rollout_func=rollout_func)
 
 
 def logged(trainer, key):
@@ -85,6 +94,64 @@ def test_the_kept_groups_are_the_first_mixed_ones_in_generation_order(tiny_model
         got = batch.completion_ids[row, : len(ids)].tolist()
         assert got == ids[:n], f"row {row}: the pipeline's batch is not the first mixed groups in order"
         assert batch.R_k[row, 0].item() == pytest.approx(r)
+
+
+class NarrowRefills:
+    """:func:`near_policy_rollout_func`, with every batch after the first cut to 4-token completions: refill rounds
+    are narrower than the first (TRL pads each generation batch to its own longest completion)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, prompts, trainer):
+        out = near_policy_rollout_func(prompts, trainer)
+        self.calls += 1
+        if self.calls > 1:
+            for key in ("completion_ids", "logprobs", "env_mask"):
+                out[key] = [v[:4] for v in out[key]]
+        return out
+
+
+def vespo_phi(batch: dict) -> torch.Tensor:
+    """TRL 1.16's VESPO weight per row (GRPOTrainer.get_gamma_weights) at the sampling policy (log-ratio 0): set by
+    the importance-sampling ratios alone."""
+    mask = batch["completion_mask"] * batch["tool_mask"]
+    isr = batch["importance_sampling_ratio"]
+    A = batch["advantages"].unsqueeze(1)
+    return GRPOTrainer.get_gamma_weights(A, torch.zeros_like(isr), mask, isr).squeeze(1)
+
+
+def test_vespo_token_is_merged_rows_keep_the_phi_of_their_round(tiny_model, tmp_path):
+    """The trained batch merges rows of several generation batches, each padded by TRL to its own longest
+    completion. With VESPO and TRL's token-level importance-sampling ratios (VESPO sums their log over every column,
+    unmasked), each trained row's phi is the one TRL's batch of its own round gives it (TRL's padded ratio is 1;
+    padded with 0, phi is ~0), and the step logs TRL's phi mean of those rows."""
+    tr = use_vllm_importance_sampling(build(tiny_model, tmp_path, Recorder(), rollout_func=NarrowRefills(),
+                                            max_steps=1, loss_type="vespo"))
+    rounds, trained, fill = [], [], tr._dynamic.fill
+
+    def recording_fill(output, generate):
+        rounds.append(dict(output))
+
+        def recorded(refill):
+            rounds.append(dict(generate(refill)))
+            return rounds[-1]
+
+        local, keep, metrics = fill(output, recorded)
+        trained.append(dict(local))
+        return local, keep, metrics
+
+    tr._dynamic.fill = recording_fill
+    tr.train()
+    batch, sources = trained[0], tr._dynamic.last_sources
+    assert len(rounds) >= 2 and sources is not None  # rows of several rounds
+    assert batch["importance_sampling_ratio"].shape == batch["completion_ids"].shape  # token-level ratios
+    want = torch.stack([vespo_phi(rounds[int(s) // ROWS])[int(s) % ROWS] for s in sources])
+    widths = [rounds[int(s) // ROWS]["completion_ids"].shape[1] for s in sources]
+    assert any(w < batch["completion_ids"].shape[1] for w in widths), widths  # rows padded wider than TRL made them
+    assert float(want.min()) > 0.5
+    torch.testing.assert_close(vespo_phi(batch), want, rtol=1e-6, atol=0)
+    assert logged(tr, "vespo/phi_seq_mean")[0] == pytest.approx(float(want.mean()), rel=1e-3)  # log-ratio ~0
 
 
 def test_the_bound_is_respected_and_partial_trains_on_nothing_when_nothing_mixed(tiny_model, tmp_path):

@@ -29,8 +29,7 @@ from trl.trainer.utils import RepeatSampler
 from trainer import trl_contact
 from trainer.algorithms.dapo import mixed_groups
 from trainer.algorithms.grpo import total_reward
-from trainer.pipeline.batch import gather_padded
-from trainer.pipeline.compaction import LEFT_PADDED, TOKEN_IDS, row_keys, trim_padding
+from trainer.pipeline.compaction import LEFT_PADDED, gather_key, pad_value, row_keys, trim_padding
 
 logger = logging.getLogger(__name__)
 REFILL_SEED_OFFSET = 7919  # the refill stream's sampler seed = seed + this (distinct from the main stream's)
@@ -179,7 +178,7 @@ class DynamicSampler:
     def _gather(self, output: dict[str, Any], keys: list[str], R_k: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every row tensor of this round from all processes (collective), plus the gathered rewards."""
         acc, pad_id = self.trainer.accelerator, trl_contact.pad_token_id(self.trainer)
-        glob = {k: gather_padded(acc, output[k], pad_id if k in TOKEN_IDS else 0, k in LEFT_PADDED) for k in keys}
+        glob = {k: gather_key(acc, k, output[k], pad_id) for k in keys}
         glob["__rewards__"] = R_k
         return glob
 
@@ -201,13 +200,14 @@ class DynamicSampler:
 
 
 def _concat_rows(parts: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Concatenate per-round gathered rows, padding per-token tensors to a common width (prompts on the left)."""
+    """Concatenate per-round gathered rows, padding per-token tensors to a common width as TRL pads each key
+    (compaction.TRL_PAD; prompts on the left)."""
     out = {}
     for key in parts[0]:
         tensors = [p[key] for p in parts]
         if tensors[0].dim() >= 2 and key != "__rewards__":
             width = max(t.shape[1] for t in tensors)
-            pad = pad_token_id if key in TOKEN_IDS else 0
+            pad = pad_value(key, pad_token_id)
             tensors = [_pad(t, width, pad, left=key in LEFT_PADDED) for t in tensors]
         out[key] = torch.cat(tensors, dim=0)
     return out

@@ -38,8 +38,36 @@ from trainer.pipeline.rank_balance import balanced_shares, round_robin_shares
 logger = logging.getLogger(__name__)
 
 LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
-TOKEN_IDS = frozenset({"prompt_ids", "completion_ids"})
+PAD_TOKEN = object()  # stands for the tokenizer's pad token id in TRL_PAD
+# What TRL 1.16 holds in the padded columns of each per-token key of its batch dict: a re-dealt row (compaction, rank
+# balancing, dynamic sampling's merge of rounds) is padded to a wider batch with the same values, so every reduction
+# that reads them unmasked sees the row as TRL laid it out. trl==1.16.0:trl/trainer/grpo_trainer.py:2443-2483
+# (pad(...) of the ids, masks, sampler log-probs and tool mask); the vLLM importance-sampling ratio is
+# exp((old - sampling) * mask) (same file:2661-2674), exp(0) = 1 in every masked column, and VESPO sums its log over
+# every column, unmasked (same file:3001-3003): padded with 0 it adds log 1e-8 per column and zeroes the row's phi.
+# Keys not listed (old/reference log-probs: model outputs that TRL masks wherever it reads them; per-token advantages)
+# pad with 0.
+TRL_PAD = {
+    "prompt_ids": PAD_TOKEN,
+    "prompt_mask": 0,
+    "completion_ids": PAD_TOKEN,
+    "completion_mask": 0,
+    "sampling_per_token_logps": 0,
+    "tool_mask": 1,
+    "importance_sampling_ratio": 1,  # inside any sane clip range (TRL's clip_min <= 1 <= clip_max)
+}
 _warned: set[str] = set()
+
+
+def pad_value(key: str, pad_token_id: int) -> int:
+    """The value TRL 1.16 pads ``key``'s per-token tensor with (:data:`TRL_PAD`; 0 for keys it does not list)."""
+    value = TRL_PAD.get(key, 0)
+    return pad_token_id if value is PAD_TOKEN else value
+
+
+def gather_key(accelerator: Any, key: str, t: torch.Tensor, pad_token_id: int) -> torch.Tensor:
+    """``t`` (TRL's batch value for ``key``) from every process, padded as TRL pads that key (collective)."""
+    return gather_padded(accelerator, t, pad_value(key, pad_token_id), key in LEFT_PADDED)
 
 
 def row_keys(output: dict[str, Any]) -> list[str] | None:
@@ -89,10 +117,7 @@ def compact(
     if "tool_mask" not in keys:
         output = {**output, "tool_mask": torch.ones_like(output["completion_mask"])}
         keys.append("tool_mask")
-    glob = {
-        key: gather_padded(accelerator, output[key], pad_token_id if key in TOKEN_IDS else 0, key in LEFT_PADDED)
-        for key in keys
-    }
+    glob = {key: gather_key(accelerator, key, output[key], pad_token_id) for key in keys}
     N = glob["completion_ids"].shape[0]
     kept = keep.nonzero().squeeze(1)
     K = int(kept.numel())
