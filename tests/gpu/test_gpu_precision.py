@@ -43,8 +43,9 @@ def test_bf16_teacher_scores_with_a_float32_head():
         model.lm_head.weight.mul_(120.0)  # realistic logit magnitudes for a trained LM
     ids, mask = _ids()
     T = 8
-    with torch.no_grad():
-        hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, -T - 1 : -1]
+    with torch.no_grad():  # each row's own tokens: one row per forward, trimmed to it, as the scorer runs them
+        hidden = torch.cat([model.model(input_ids=ids[r : r + 1, mask[r].bool()]).last_hidden_state[:, -T - 1 : -1]
+                            for r in range(ids.shape[0])])
         logits32 = F.linear(hidden.float(), model.lm_head.weight.float())
         logits16 = F.linear(hidden, model.lm_head.weight).float()
     assert logits32.abs().amax() > 16, "the check needs logits in the range where bf16 rounding shows"
