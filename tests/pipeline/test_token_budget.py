@@ -19,7 +19,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
 from trainer.methods.teacher_baselines import TEACHER_DELTA_KEY
-from trainer.pipeline.token_budget import plan_chunks
+from trainer.pipeline.token_budget import plan_chunks, plan_trimmed, row_extents
 
 # TRL 1.16's loss types; the four the recipes use run by default, the rest (same weighting classes) under -m slow
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo"] + [
@@ -162,16 +162,47 @@ def test_chunked_naive_hybrid_with_zero_opd_equals_trl(pair):
     assert _close(m["kl"], ref_m["kl"]) and _close(m["entropy"], ref_m["entropy"])
 
 
+@pytest.mark.parametrize("loss_type, per_token_advantages", [("dapo", True), ("cispo", False)])
+def test_chunked_metrics_at_sequence_level_importance_sampling(pair, loss_type, per_token_advantages):
+    """Sequence-level importance sampling: TRL averages a clip ratio (cispo's too) over rows where the advantages
+    are per row, over loss tokens where they are per token (the clip indicator broadcasts to one value per token).
+    The chunked step logs TRL's unchunked values."""
+    trl, win, inputs = pair
+    for t in (trl, win):
+        t.importance_sampling_level = "sequence"
+    try:
+        (ref_loss, ref_grads, ref_m), (loss, grads, m) = _run(trl, win, inputs, loss_type, per_token_advantages,
+                                                              importance_sampling_level="sequence")
+    finally:
+        for t in (trl, win):
+            t.importance_sampling_level = "token"
+    assert m["tokens/loss_chunks"] >= 3
+    assert _close(float(loss), float(ref_loss)) and _rel(ref_grads, grads) <= 1e-5
+    clip = "cispo_clip_ratio" if loss_type == "cispo" else "clip_ratio/low_mean"
+    assert 0 < ref_m[clip] < 1  # some rows or tokens clipped, not all
+    for key in METRICS:
+        if key in ref_m:
+            assert _close(m[key], ref_m[key]), (key, m[key], ref_m[key])
+
+
 def test_single_row_over_budget_runs_alone(pair):
+    """Rows over the budget run alone. Rows 0 and 11 (one completion token, and none: truncated) share a chunk of one
+    real completion column; it keeps two, since TRL reads a one-column tensor as one value per row and would average
+    that chunk's kl, entropy and clip ratios over both rows, the one without loss tokens included."""
     trl, win, inputs = pair
     saved = win.args.micro_batch_tokens
-    win.args.micro_batch_tokens = 15  # below the longest real rows' prompt + completion (21, 20)
+    win.args.micro_batch_tokens = 12  # below the longest real rows' prompt + completion (21, 20)
+    plan, _ = plan_trimmed(*row_extents(inputs["prompt_mask"], inputs["completion_mask"]), 12)
+    assert ([0, 11], 1) in [(rows, c) for rows, _, c in plan]
     try:
-        (ref_loss, ref_grads, _), (loss, grads, m) = _run(trl, win, inputs, "dr_grpo")
+        (ref_loss, ref_grads, ref_m), (loss, grads, m) = _run(trl, win, inputs, "dr_grpo")
     finally:
         win.args.micro_batch_tokens = saved
     assert m["tokens/over_budget_rows"] >= 2
     assert _close(float(loss), float(ref_loss)) and _rel(ref_grads, grads) <= 1e-5
+    for key in METRICS:
+        if key in ref_m:
+            assert _close(m[key], ref_m[key]), (key, m[key], ref_m[key])
 
 
 def test_no_grad_logps_passes_chunked_equal_trl(pair):

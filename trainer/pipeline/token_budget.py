@@ -45,9 +45,15 @@ PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 # Loss types whose TRL normaliser counts rows, tokens of the micro-batch, or the generation batch's tokens.
 ROW_WEIGHTED = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
 GLOBAL_NORMALISED = frozenset({"dapo", "cispo", "vespo"})
-# TRL metrics that are (global) token means -- or row means at sequence-level importance sampling -- per call.
-TOKEN_MEAN_METRICS = ("kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
-                      "cispo_clip_ratio")
+# TRL's logged means and what decides their weighting. TRL 1.16's ``global_masked_mean`` averages one value per row
+# (sum / rows) when the metric's tensor has a single column, else over loss tokens (sum / mask.sum()):
+# trl==1.16.0:trl/trainer/grpo_trainer.py:3259-3265, applied at :3267-3288. Each metric's tensor:
+#   "token": per token always (per_token_kl, entropies): a single column only when the completions have one;
+#   "ratio": the clip indicators (coef_1 <> bound) & (advantages <> 0), a broadcast of coef_1 (one column at
+#            importance_sampling_level "sequence") and the advantages (one column per row, or one per token);
+#   "row": VESPO's phi, (B, 1) always.
+MEAN_METRICS = {"kl": "token", "entropy": "token", "clip_ratio/low_mean": "ratio", "clip_ratio/high_mean": "ratio",
+                "clip_ratio/region_mean": "ratio", "cispo_clip_ratio": "ratio", "vespo/phi_seq_mean": "row"}
 
 
 def row_extents(prompt_mask: torch.Tensor, completion_mask: torch.Tensor) -> tuple[list[int], list[int]]:
@@ -122,11 +128,14 @@ def shortest_row(p_ext: list[int], c_ext: list[int]) -> int:
 
 def _chunk_inputs(inputs: dict[str, Any], budget: int):
     """(rows, chunk inputs) for each chunk of the micro-batch, the plan's padded/real token counts, and the row
-    extents (prompt, completion) it was planned from."""
+    extents (prompt, completion) it was planned from. A chunk keeps two completion columns at least where the
+    micro-batch has two: TRL's metrics tell per-row from per-token tensors by their column count
+    (:data:`MEAN_METRICS`), so a chunk must not turn a per-token tensor into a one-column one."""
     extents = row_extents(inputs["prompt_mask"], inputs["completion_mask"])
     plan, stats = plan_trimmed(*extents, budget)
     stats["real"] = int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
-    out = [(rows, slice_rows(inputs, rows, p_keep, c_keep)) for rows, p_keep, c_keep in plan]
+    least = min(2, inputs["completion_ids"].size(1))
+    out = [(rows, slice_rows(inputs, rows, p_keep, max(c_keep, least))) for rows, p_keep, c_keep in plan]
     return out, stats, extents
 
 
@@ -196,7 +205,7 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
                     last = loss
     finally:
         trainer.entropy_coef = coef
-    merge_metrics(trainer, metrics, marks, weights)
+    merge_metrics(trainer, metrics, marks, weights, row_mean_metrics(trainer, inputs))
     metrics["tokens/padded_loss"].append(float(stats["padded"]))
     metrics["tokens/real_loss"].append(float(stats["real"]))
     metrics["tokens/loss_chunks"].append(float(len(chunks)))
@@ -263,20 +272,31 @@ def local_collectives(accelerator: Any):
         del accelerator.gather, accelerator.reduce
 
 
-def merge_metrics(trainer: Any, metrics: dict[str, list], marks: dict[str, int], weights: list[tuple]) -> None:
+def row_mean_metrics(trainer: Any, inputs: dict[str, Any]) -> frozenset[str]:
+    """The metrics of :data:`MEAN_METRICS` that TRL's reduction of this micro-batch averages per row (their tensor has
+    one column); the others it averages per loss token. The surrogate variants (trainer/methods/surrogate.py) log
+    ``kl`` and ``entropy`` as token means whatever the width."""
+    one_column = inputs["completion_ids"].size(1) == 1
+    A = inputs["advantages"]
+    row_ratio = (trainer.importance_sampling_level == "sequence" or one_column) and (A.dim() == 1 or A.size(1) == 1)
+    row = {"row": True, "ratio": row_ratio, "token": one_column and trainer.args.loss_variant == "none"}
+    return frozenset(key for key, kind in MEAN_METRICS.items() if row[kind])
+
+
+def merge_metrics(trainer: Any, metrics: dict[str, list], marks: dict[str, int], weights: list[tuple],
+                  by_rows: frozenset[str] = frozenset()) -> None:
     """Replace the per-chunk local values each metric received by the value the unchunked call would have logged.
-    Token means weight by loss tokens (rows at sequence-level importance sampling or for VESPO's per-sequence
-    phi) and are reduced as TRL does (global sum over global count); ``policy_loss`` is the policy-weighted sum,
+    Means weight by loss tokens, or by rows for the metrics in ``by_rows`` (:func:`row_mean_metrics`: as TRL reduced
+    them), and are reduced as TRL does (global sum over global count); ``policy_loss`` is the policy-weighted sum,
     averaged over processes (TRL: ``gather(...).nanmean()``); the clip-ratio extremes take the min / max over
     chunks and processes; ``entropy_coef`` is the configured coefficient. Two collectives in all."""
-    by_rows = trainer.args.importance_sampling_level == "sequence"
     merged: dict[str, Any] = {}
     for key in sorted(metrics):
         values = metrics[key][marks.get(key, 0):]
         if key == "entropy_coef" or len(values) != len(weights):
             continue  # not appended once per chunk (e.g. entropy_coef only at optimizer-step boundaries)
         del metrics[key][marks.get(key, 0):]
-        merged[key] = _local_merge(key, values, weights, by_rows)
+        merged[key] = _local_merge(key, values, weights, key in by_rows)
     acc = trainer.accelerator
     sums = [k for k, v in merged.items() if isinstance(v, tuple)]
     extremes = [k for k in merged if k not in sums]
@@ -308,14 +328,13 @@ EXTREMES = {"clip_ratio/low_min": min, "clip_ratio/high_max": max}
 
 def _local_merge(key: str, values: list[float], weights: list[tuple], by_rows: bool) -> float | tuple[float, float]:
     """This process's merged value: a float for ``policy_loss`` and the clip-ratio extremes, a (sum, count)
-    pair for token (row) means."""
+    pair for token (``by_rows``: row) means."""
     if key in EXTREMES:
         finite = [v for v in values if not math.isnan(v)]
         return EXTREMES[key](finite) if finite else float("nan")
     if key == "policy_loss":
         return sum(v * w[0] for v, w in zip(values, weights))
-    rows = key == "vespo/phi_seq_mean" or (by_rows and key.startswith("clip_ratio"))
-    w = [float(x[2]) if rows else x[1] for x in weights]
+    w = [float(x[2]) if by_rows else x[1] for x in weights]
     return sum(v * x for v, x in zip(values, w)), sum(w)
 
 
