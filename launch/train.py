@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         resolved_recipe,
         save_resolved_recipe,
     )
-    from trainer.config.recipe_checks import clear_output_dir, is_main_process, resume_requested
+    from trainer.config.recipe_checks import clear_output_dir, resume_requested
 
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = TRACEBACK_FLAG in argv or os.environ.get("WINNOW_TRACEBACK", "") not in ("", "0")
@@ -96,11 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             clear_output_dir(args.output_dir)
         trainer = build_trainer(task, args, model_args, inputs)  # the weights load here
     except ConfigError as e:
-        if show_traceback:
-            raise
-        if is_main_process():  # every process checks the same recipe; one line is enough
-            print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
-        return 2
+        return _one_line(e, show_traceback)
     if trainer.accelerator.is_main_process:
         save_resolved_recipe(recipe, Path(args.output_dir) / "recipe.resolved.yaml")
     resume = args.resume_from_checkpoint
@@ -108,9 +104,23 @@ def main(argv: list[str] | None = None) -> int:
         resume = None
     elif str(resume).lower() in ("true", "latest", "yes", "1"):
         resume = True
-    trainer.train(resume_from_checkpoint=resume)
+    try:  # a resume that cannot continue exactly is refused before its checkpoint loads (guards/generation_resume.py)
+        trainer.train(resume_from_checkpoint=resume)
+    except ConfigError as e:
+        return _one_line(e, show_traceback)
     trainer.save_model(args.output_dir)
     return 0
+
+
+def _one_line(error: Exception, show_traceback: bool) -> int:
+    """Print a recipe error as one line on the main process (every process checks the same recipe); exit status 2."""
+    from trainer.config.recipe_checks import is_main_process
+
+    if show_traceback:
+        raise error
+    if is_main_process():
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr, flush=True)
+    return 2
 
 
 if __name__ == "__main__":

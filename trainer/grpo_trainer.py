@@ -397,7 +397,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
             checkpoint = get_last_checkpoint(self.args.output_dir)
         if checkpoint:
-            generation_resume.check_resumable(self, checkpoint, STAGE_STATE_FILE)
+            generation_resume.check_resumable(self.args, self.accelerator.num_processes, checkpoint, STAGE_STATE_FILE)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
                              ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
 

@@ -247,6 +247,27 @@ def test_a_real_run_folder_is_protected_resumed_and_overwritten(tmp_path, capsys
     assert "overwrite_output_dir" not in resolved and "resume_from_checkpoint" not in resolved
 
 
+def test_a_resume_that_cannot_continue_exactly_is_one_line(tmp_path, capsys, monkeypatch):
+    """A checkpoint inside a generation batch that lacks the batch's rollouts (as written before they were saved) is
+    refused through the entry point before the weights load: one line, exit status 2, the run's folder as it was."""
+    from trainer.guards.generation_resume import batch_file
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    out = tmp_path / "run"
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(out), "steps_per_generation": 2})
+    with pytest.warns(UserWarning, match="save_steps"):  # checkpoint-1 lies inside the 2-step generation batch
+        assert train_cli.main(["--config", str(recipe)]) == 0
+    (out / "checkpoint-1" / batch_file(0, 1)).unlink()
+    before = _tree(out)
+    capsys.readouterr()
+    assert train_cli.main(["--config", str(recipe), "--max_steps", "2", "--resume_from_checkpoint", "true"]) == 2
+    line = capsys.readouterr().err.strip()  # refused before the weights load: nothing else is printed
+    assert line.startswith("error:") and "\n" not in line, line
+    assert "resume_from_checkpoint: checkpoint-1 lies inside a generation batch" in line
+    assert _tree(out) == before  # recipe.resolved.yaml included
+
+
 def test_missing_keys_filter_keeps_real_missing_keys(tiny_model, tmp_path):
     """The filter drops the alarm only for a tied twin; a missing key of an untied model still warns."""
     from transformers import AutoModelForCausalLM

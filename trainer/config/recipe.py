@@ -290,11 +290,28 @@ def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) 
     checks.check_process_count(task.launch_processes)
     checks.check_output_dir(args.output_dir, args.resume_from_checkpoint, task.overwrite_output_dir)
     checks.check_resume(args.output_dir, args.resume_from_checkpoint)
+    if checks.resume_requested(args.resume_from_checkpoint):
+        check_resume_continues(args)
     checks.check_model_path("model_name_or_path", model_args.model_name_or_path, list(OFFLINE_MODELS),
                             model_args.model_revision)
     if args.teacher_model_name_or_path:
         checks.check_model_path("teacher_model_name_or_path", args.teacher_model_name_or_path, list(OFFLINE_MODELS))
     checks.check_field_combinations(task, args, model_args)
+
+
+def check_resume_continues(args: WinnowConfig) -> None:
+    """Refuse a resume from a checkpoint inside a generation batch that cannot continue exactly (the trainer's own
+    check, trainer/guards/generation_resume.py), here before any weight loads or the run's files are rewritten."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from trainer.grpo_trainer import STAGE_STATE_FILE
+    from trainer.guards.generation_resume import check_resumable
+
+    resume = str(args.resume_from_checkpoint)
+    latest = resume.strip().lower() in ("true", "latest", "yes", "1")
+    checkpoint = get_last_checkpoint(args.output_dir) if latest else resume
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # accelerate launch sets it on every process
+    check_resumable(args, world, checkpoint, STAGE_STATE_FILE)
 
 
 @dataclass

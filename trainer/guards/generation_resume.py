@@ -116,10 +116,10 @@ def resumable_checkpoints(run_dir: str, args: Any, world: int, state_file: str) 
     return [name for _, name in sorted(found)]
 
 
-def check_resumable(trainer: Any, checkpoint: str, state_file: str) -> None:
+def check_resumable(args: Any, world: int, checkpoint: str, state_file: str) -> None:
     """Refuse, before anything is loaded, a resume from a checkpoint inside a generation batch that does not hold
-    every process's buffered batch. The same decision on every process (the files are checked for all ranks)."""
-    args, world = trainer.args, trainer.accelerator.num_processes
+    the buffered batch of each of ``world`` processes. The same decision on every process (the files are checked for
+    all ranks). Needs only the config, so ``launch/train.py`` asks it before the weights load."""
     if _resumable(checkpoint, args, world, state_file):
         return
     micro = checkpoint_micro_step(checkpoint, args.gradient_accumulation_steps, state_file)
