@@ -117,6 +117,11 @@ def test_preflight_reports_every_topic(monkeypatch):
     assert lines(rep, "world size")[0][0] == "ok" and "4 processes" in lines(rep, "world size")[0][1]
     assert "--max-model-len 10240" in lines(rep, "server command")[0][1]
     assert "policy backward" in lines(rep, "memory peak")[0][1]
+    # the peak fits 80 GB but within 10 % of the usable 76 GB: a WARN says so and names what fills it
+    assert [(v, t.split(";")[0]) for v, t in lines(rep, "memory tight")] == [
+        ("WARN", "tight: policy backward 72.8 GB of 76.0 GB usable (+3.2 GB spare)")]
+    roomy = report(GRPO_8B, "--weight_sync", "disk", "--gpu_memory_gb", "141")
+    assert lines(roomy, "memory tight") == [] and lines(roomy, "memory peak")[0][0] == "ok"
 
 
 def test_preflight_fails_wrong_world_size_tp_and_wandb(monkeypatch):

@@ -423,6 +423,8 @@ def run(argv: list[str]) -> Report:
     fits = est["peak"] <= 0.95 * budget
     report.add("ok" if fits else "FAIL", "memory peak", f"{_gb(est['peak'])} per GPU in the {est['peak_phase']} "
                f"(budget {_gb(budget)}, 95% usable)")
+    for line in mem.tightness_lines(est, budget):  # phases within 10 % of the usable budget, and what fills them
+        report.add("WARN" if fits else "", "memory tight", line)
     return report
 
 
