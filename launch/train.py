@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         resolved_recipe,
         save_resolved_recipe,
     )
-    from trainer.config.recipe_checks import clear_output_dir, resume_requested
+    from trainer.config.recipe_checks import clear_output_dir, resume_requested, resumes_latest
 
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = TRACEBACK_FLAG in argv or os.environ.get("WINNOW_TRACEBACK", "") not in ("", "0")
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     resume = args.resume_from_checkpoint
     if not resume_requested(resume):
         resume = None
-    elif str(resume).lower() in ("true", "latest", "yes", "1"):
+    elif resumes_latest(resume):
         resume = True
     try:  # a resume that cannot continue exactly is refused before its checkpoint loads (guards/generation_resume.py)
         trainer.train(resume_from_checkpoint=resume)

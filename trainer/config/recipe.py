@@ -25,7 +25,7 @@ from trl import ModelConfig, get_peft_config
 from trainer import trl_contact
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig
 from trainer.config.env import EnvTaskFields
-from trainer.config.recipe_checks import check_process_count
+from trainer.config.recipe_checks import check_process_count, resumes_latest
 from trainer.config.recipe_parser import (
     RecipeError,
     RecipeParser,
@@ -307,9 +307,8 @@ def check_resume_continues(args: WinnowConfig) -> None:
     from trainer.grpo_trainer import STAGE_STATE_FILE
     from trainer.guards.generation_resume import check_resumable
 
-    resume = str(args.resume_from_checkpoint)
-    latest = resume.strip().lower() in ("true", "latest", "yes", "1")
-    checkpoint = get_last_checkpoint(args.output_dir) if latest else resume
+    resume = args.resume_from_checkpoint
+    checkpoint = get_last_checkpoint(args.output_dir) if resumes_latest(resume) else str(resume)
     world = int(os.environ.get("WORLD_SIZE", "1"))  # accelerate launch sets it on every process
     check_resumable(args, world, checkpoint, STAGE_STATE_FILE)
 

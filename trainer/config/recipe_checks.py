@@ -84,13 +84,18 @@ def check_output_dir(output_dir: str, resume: Any, overwrite: bool) -> None:
         )
 
 
+def resumes_latest(resume: Any) -> bool:
+    """Whether ``resume_from_checkpoint`` names no folder but asks for the latest checkpoint of output_dir."""
+    return str(resume).strip().lower() in ("true", "latest", "yes", "1")
+
+
 def check_resume(output_dir: str, resume: Any) -> None:
     """A resume needs a checkpoint: ``true``/``latest`` one in ``output_dir``, a path an existing folder."""
     if not resume_requested(resume):
         return
     from transformers.trainer_utils import get_last_checkpoint
 
-    if str(resume).strip().lower() in ("true", "latest", "yes", "1"):
+    if resumes_latest(resume):
         if not Path(output_dir).is_dir() or get_last_checkpoint(output_dir) is None:
             raise RecipeError(
                 "resume_from_checkpoint", f"no checkpoint-N folder in {output_dir} to resume from",
