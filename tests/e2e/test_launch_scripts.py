@@ -367,9 +367,10 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
     server = shlex.split(lines[0][2:].removesuffix(" &"))
     assert lines[0].endswith(" &") and server[:5] == ["srun", "--nodes=1", "--ntasks=1", "-w", "node0"]
     assert server[5:7] == ["python", "launch/vllm_server.py"] and server[server.index("--config") + 1] == RECIPE
-    assert (
-        server[server.index("--host") + 1] == "0.0.0.0" and server[server.index("--tensor-parallel-size") + 1] == "8"
-    )
+    # the server node's own name (its internal interface), never a wildcard; its guard admits the job's nodes only
+    assert server[server.index("--host") + 1] == "node0" and server[server.index("--tensor-parallel-size") + 1] == "8"
+    assert server[server.index("--allow-from") + 1] == "node0,node1,node2"
+    assert not {"0.0.0.0", "::", "*"} & set(server)
     assert "http://node0:8000/health" in lines[1]
     train = shlex.split(lines[2][2:])
     assert train[:6] == ["srun", "--nodes=2", "--ntasks=2", "-w", "node1,node2", "bash"]
@@ -380,7 +381,7 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
     assert words[:2] == ["accelerate", "launch"]
     for flag, value in [("--config_file", "launch/accelerate/zero3_gpu_8.yaml"), ("--num_machines", "2"),
                         ("--num_processes", "16"), ("--main_process_ip", "node1"), ("--main_process_port", "29500"),
-                        ("--rdzv_backend", "c10d"),
+                        ("--rdzv_backend", "static"),
                         ("--deepspeed_multinode_launcher", "standard"), ("--vllm_mode", "server"),
                         ("--vllm_server_base_url", "http://node0:8000"), ("--max_steps", "3")]:
         assert words[words.index(flag) + 1] == value, flag
@@ -488,8 +489,10 @@ def test_slurm_training_nodes_form_one_world(tmp_path, monkeypatch):
         assert "runner" not in launched, launched["runner"]  # DeepSpeed's runner: a world per node
         config, _, _ = torchrun.config_from_args(launched["torchrun"])
         assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 2, 8)
-        # every node meets at the same endpoint on the first training node (c10d hands out the node ranks)
-        assert config.rdzv_backend == "c10d" and config.rdzv_endpoint == f"node1:{port}"
+        # every node meets at the same endpoint on the first training node, with its Slurm task id as node rank:
+        # a static rendezvous, which unpickles nothing from the store (torch's dynamic one, c10d, does)
+        assert config.rdzv_backend == "static" and config.rdzv_endpoint == f"node1:{port}"
+        assert config.rdzv_configs["rank"] == node_rank
         assert launched["torchrun"].node_rank == node_rank and launched["use_deepspeed"] == "true"
 
 

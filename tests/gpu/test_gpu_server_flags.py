@@ -52,8 +52,8 @@ def test_version_is_read_from_the_server_interpreter():
 def test_scale_out_flag_follows_the_server_version(version, scale_out):
     argv, _ = vs.build_command("Qwen/Qwen3-4B", python="/nonexistent/python", vllm_version=version)
     assert ("--enable-scale-out" in argv) == scale_out
-    assert argv[-6:] == ["--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
-                         "--max-logprobs", "-1"]
+    assert argv[-8:] == ["--weight-transfer-config", '{"backend": "nccl"}', "--logprobs-mode", "processed_logprobs",
+                         "--max-logprobs", "-1", "--middleware", "vllm_route_guard.RouteGuard"]
 
 
 def test_launcher_commands_pass_vllms_own_parser():

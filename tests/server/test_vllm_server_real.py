@@ -330,3 +330,18 @@ def test_sync_under_zero3_on_two_processes(server, tmp_path):
     print(f"\nZeRO-3 x2: disk {disk['shards']} shards, server vs trainer mean |d log p| "
           f"{float((torch.tensor(disk['server']) - torch.tensor(disk['trainer'])).abs().mean()):.4f}; lora "
           f"{float((torch.tensor(lora['server']) - torch.tensor(lora['trainer'])).abs().mean()):.4f}")
+
+
+def test_route_guard_refuses_the_dev_endpoints_on_a_real_server(server):
+    """vLLM loads launch/guard/vllm_route_guard.py (the disk and LoRA tests above sync through it): dev endpoints the
+    trainer never calls answer 403 from the guard, not vLLM's own answer. Probes that are harmless without the guard
+    (read-only endpoints, an unknown RPC method), so a server without it fails here instead of being put to sleep."""
+    url = server["url"]
+    assert requests.get(f"{url}/health", timeout=30).status_code == 200
+    assert requests.get(f"{url}/server_info", params={"config_format": "json"}, timeout=60).status_code == 200
+    probes = (("GET", "/is_sleeping", None), ("GET", "/is_paused", None), ("GET", "/weight_info", None),
+              ("POST", "/collective_rpc", {"method": "no_such_method"}))
+    for method, path, body in probes:
+        reply = requests.request(method, f"{url}{path}", json=body, timeout=60)
+        assert reply.status_code == 403 and "winnow's route guard" in reply.json()["error"], (path, reply.text[:200])
+    assert "route guard refused POST /collective_rpc" in server["log"].read_text()
