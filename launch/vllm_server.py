@@ -53,18 +53,6 @@ GUARD_MIDDLEWARE = "vllm_route_guard.RouteGuard"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "", "*")
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine's loopback interface only."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def bind_problem(host: str, allow_from: str) -> str | None:
     """Why the server must not bind ``host`` admitting ``allow_from`` (None when it may): a wildcard reaches every
     network the node is on; a routable address with no admitted host would refuse the trainers."""
@@ -72,6 +60,8 @@ def bind_problem(host: str, allow_from: str) -> str | None:
         return (f"host={host!r} would bind every interface, and anyone who reaches the port could use the dev "
                 "endpoints; bind 127.0.0.1, or this node's address on the job's internal network with allow_from "
                 "(--allow-from) naming the training hosts (docs/security.md)")
+    from trainer.server.listeners import is_loopback  # stdlib only: no cost to the launcher's start
+
     if not is_loopback(host) and not allow_from.strip():
         return (f"host={host!r} is reachable from other machines but allow_from (--allow-from) names no training "
                 "host, so the route guard would admit only loopback; name the training nodes")

