@@ -7,8 +7,9 @@
     python launch/train.py --config configs/grpo/qwen3-8b-dapo17k.yaml --dry-run   # preflight, loads nothing
 
 Writes into ``output_dir``: checkpoints, ``recipe.resolved.yaml`` (every field, defaults included, flat: it
-is itself a recipe), ``metrics.jsonl`` and ``metrics.png``. A folder that already holds a run is refused
-unless ``--resume_from_checkpoint`` or ``--overwrite_output_dir`` says what to do with it. Fields:
+is itself a recipe; secrets redacted, trainer/config/redaction.py), ``metrics.jsonl`` and ``metrics.png``. A
+folder that already holds a run is refused unless ``--resume_from_checkpoint`` or ``--overwrite_output_dir`` says
+what to do with it. Fields:
 TaskArguments (trainer/config/recipe.py), WinnowConfig (trainer/config/core.py, includes all of TRL's GRPOConfig) and
 TRL's ModelConfig; ``--help`` lists them by topic.
 
@@ -113,13 +114,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(error: Exception, show_traceback: bool) -> int:
-    """Print a recipe error as one line on the main process (every process checks the same recipe); exit status 2."""
+    """Print a recipe error as one line on the main process (every process checks the same recipe), any URL in it
+    without its user-info (trainer/config/redaction.py); exit status 2."""
     from trainer.config.recipe_checks import is_main_process
+    from trainer.config.redaction import redact_url
 
     if show_traceback:
         raise error
     if is_main_process():
-        print(f"error: {' '.join(str(error).split())}", file=sys.stderr, flush=True)
+        print(redact_url(f"error: {' '.join(str(error).split())}"), file=sys.stderr, flush=True)
     return 2
 
 

@@ -96,8 +96,12 @@ CASES = [
     ("reward_dotted_missing", {"reward_funcs": ["no_such_pkg.rewards.fn"]}, [], {}, "reward_funcs", "importable"),
     ("resume_without_checkpoint", {}, ["--resume_from_checkpoint", "true"], {}, "resume_from_checkpoint",
      "without --resume_from_checkpoint"),
-    ("resume_path_not_checkpoint", {}, ["--resume_from_checkpoint", "{tmp}"], {}, "resume_from_checkpoint",
-     "checkpoint-N folder"),
+    ("resume_path_not_checkpoint", {}, ["--resume_from_checkpoint", "{tmp}/run/checkpoint-9"], {},
+     "resume_from_checkpoint", "checkpoint-N folder"),
+    ("resume_outside_output_dir", {}, ["--resume_from_checkpoint", "{tmp}/run/../elsewhere/checkpoint-1"], {},
+     "resume_from_checkpoint", "--allow_external_checkpoint true"),
+    ("env_unsafe", {"env": {"LD_PRELOAD": "/nonexistent/evil.so"}}, [], {}, "env", "--allow_unsafe_env true"),
+    ("recipe_opts_itself_in", {"allow_unsafe_env": True}, [], {}, "allow_unsafe_env", "on the command line"),
     ("config_missing", None, ["--config", "{tmp}/nope.yaml"], {}, "--config", "check the path"),
     ("config_malformed", "model_name_or_path: offline:tiny-qwen3\nlearning_rate: [1e-3\n", [], {}, "--config",
      "line and column"),
@@ -150,6 +154,24 @@ def test_bad_input_is_one_line_before_weights_load(case, changes, extra, env, fi
     assert line.startswith(f"error: {field}:") or line.startswith(f"error: WinnowConfig.{field}:"), line
     assert "Fix:" in line and fix in line.split("Fix:", 1)[1], line
     assert _tree(out) == before  # nothing created, nothing touched
+
+
+def test_dry_run_refuses_an_unsafe_env_before_running_the_recipe(tmp_path):
+    """`launch/train.py --dry-run` (the preflight Slurm runs on the batch host) as a user starts it, from a folder
+    holding a module the recipe imports: one line naming env and the opt-in, and the module never ran."""
+    marker = tmp_path / "imported"
+    (tmp_path / "dry_run_probe.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"),
+                                          "import_modules": ["dry_run_probe"],
+                                          "env": {"LD_PRELOAD": "/nonexistent/evil.so"}})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "launch" / "train.py"), "--config", str(recipe), "--dry-run"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    fails = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(fails) == 1 and "env: " in fails[0] and "LD_PRELOAD" in fails[0], proc.stdout
+    assert "--allow_unsafe_env true" in fails[0].split("Fix:", 1)[1] and "Traceback" not in proc.stderr
+    assert not marker.exists()
 
 
 def test_traceback_on_request(tmp_path, capsys):
@@ -441,3 +463,56 @@ def test_trainer_starts_with_expandable_segments_unless_the_user_or_sleep_mode_s
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**env, "HF_HUB_OFFLINE": "1"},
                           capture_output=True, text=True, timeout=300)
     assert proc.stdout.strip().splitlines()[-1] == "exit 2 expandable_segments:True", proc.stderr[-2000:]
+
+
+def test_no_secret_in_what_a_run_writes(tmp_path, monkeypatch):
+    """A real 1-step run with a Hub token in ``model_init_kwargs`` and ``hub_token``, a password in
+    ``vllm_server_base_url`` (not used: no vLLM here) and ``report_to: wandb`` (offline): no file of the run folder
+    (recipe.resolved.yaml, every training_args.bin, checkpoints) and no file of the W&B run (its logged config
+    included) holds a secret; placeholders stand where the values were (trainer/config/redaction.py)."""
+    import torch
+    import wandb
+
+    from trainer.config.redaction import REDACTED
+
+    secret = "hf_WinnowE2eSECRET"
+    for key, value in dict(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_PROJECT="winnow-test",
+                           WANDB_SILENT="true", WANDB_CONSOLE="off", WANDB__DISABLE_STATS="true").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    out = tmp_path / "run"
+    url = f"http://winnow:{secret}-url@127.0.0.1:9"
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(out), "report_to": "wandb",
+                                          "model_init_kwargs": {"token": f"{secret}-model"},
+                                          "hub_token": f"{secret}-hub", "vllm_server_base_url": url})
+    try:
+        assert train_cli.main(["--config", str(recipe)]) == 0
+    finally:
+        wandb.finish()
+
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, runs
+    written = [p for p in (*out.rglob("*"), *runs[0].rglob("*")) if p.is_file()]
+    assert not [str(p) for p in written if secret.encode() in p.read_bytes()]
+
+    resolved = yaml.safe_load((out / "recipe.resolved.yaml").read_text())
+    assert resolved["model_init_kwargs"] == {"token": REDACTED}
+    assert resolved["vllm_server_base_url"] == "http://***@127.0.0.1:9" and "hub_token" not in resolved
+    pickled = sorted(out.rglob("training_args.bin"))
+    assert [p.parent.name for p in pickled] == ["checkpoint-1", "run"]  # the checkpoint's and the final model's
+    for path in pickled:
+        args = torch.load(path, weights_only=False)
+        assert (args.model_init_kwargs["token"], args.hub_token, args.vllm_server_base_url) == (
+            REDACTED, REDACTED, "http://***@127.0.0.1:9"), path
+    # The run's config as W&B holds it: the config records of its transaction log, decoded (a string split across
+    # the log's 32 KiB blocks would slip past the byte search above).
+    from grpo_trainer.test_wandb import _read_records
+    from wandb.proto import wandb_internal_pb2
+
+    [log] = runs[0].glob("run-*.wandb")
+    logged = {item.key: json.loads(item.value_json) for rec in _read_records(log.read_bytes(), wandb_internal_pb2)
+              if rec.WhichOneof("record_type") == "config" for item in rec.config.update}
+    assert logged["model_init_kwargs"]["token"] == REDACTED and logged["hub_token"] == "<HUB_TOKEN>"
+    assert logged["vllm_server_base_url"] == "http://***@127.0.0.1:9"
+    assert secret not in json.dumps(logged)

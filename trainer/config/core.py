@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from trl import GRPOConfig
 
 from trainer.algorithms.grpo import STD_KINDS
+from trainer.config import redaction
 from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
 from trainer.config.teacher import TeacherFields, validate_teacher_fields
@@ -415,8 +416,39 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     def __post_init__(self) -> None:
         self._validate_winnow()
         super().__post_init__()
+        self._drop_redacted_placeholders()
         self._validate_filtered_updates()
         self._validate_checkpoint_alignment()
+
+    def _drop_redacted_placeholders(self) -> None:
+        """A recipe.resolved.yaml writes ``<redacted>`` for a secret (trainer/config/redaction.py); re-run, that
+        placeholder is dropped from the mapping fields, so the library reads the secret from the environment
+        (``model_init_kwargs.token``: HF_TOKEN or ``hf auth login``) instead of sending the placeholder."""
+        for f in fields(self):
+            value = getattr(self, f.name, None)
+            if isinstance(value, dict):
+                cleaned, dropped = redaction.without_placeholders(value)
+                if dropped:
+                    setattr(self, f.name, cleaned)
+                    where = ", ".join(f"{f.name}.{path}" for path in dropped)
+                    warnings.warn(f"{where}: {redaction.REDACTED!r} is the placeholder of a redacted secret "
+                                  "(recipe.resolved.yaml): left unset, so it is read from the environment "
+                                  "(the Hugging Face token from HF_TOKEN or `hf auth login`)", UserWarning,
+                                  stacklevel=3)
+
+    def to_dict(self) -> dict[str, Any]:
+        """TrainingArguments' dict -- what W&B, TensorBoard, MLflow and ``str(args)`` show -- with every secret
+        redacted (trainer/config/redaction.py): transformers masks only the top-level ``*_token`` fields, not a
+        ``model_init_kwargs.token`` or the user-info of ``vllm_server_base_url``."""
+        return redaction.redact(super().to_dict())
+
+    def __str__(self) -> str:
+        """TrainingArguments' listing (every field, from a deep copy: ``to_dict`` would convert a quantization config
+        inside the running ``model_init_kwargs``), redacted; the dataclass repr would show the secrets."""
+        shown = redaction.redact(asdict(self))
+        return f"{type(self).__name__}(\n" + "".join(f"{k}={v},\n" for k, v in sorted(shown.items())) + ")"
+
+    __repr__ = __str__
 
     def _validate_filtered_updates(self) -> None:
         """'proportional' fills whole optimizer steps, so no step may span two generation batches (TRL has

@@ -8,6 +8,7 @@ metrics file and plot).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
@@ -23,6 +24,7 @@ from typing import Any, Sequence
 from trl import ModelConfig, get_peft_config
 
 from trainer import trl_contact
+from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig
 from trainer.config.env import EnvTaskFields
 from trainer.config.recipe_checks import check_process_count, resumes_latest
@@ -33,6 +35,7 @@ from trainer.config.recipe_parser import (
     cli_values,
     import_modules,
     own_fields,
+    pop_cli_flag,
     read_recipe_file,
     split_config_flag,
 )
@@ -108,7 +111,22 @@ class TaskArguments(EnvTaskFields):
     import_modules: list[str] = field(
         default_factory=list,
         metadata={"help": "Python modules imported before the recipe is checked, e.g. [my_pkg.stages]: a module that "
-                  "registers its own stage, reward or dataset makes that name valid in this recipe."},
+                  "registers its own stage, reward or dataset makes that name valid in this recipe. Importing runs "
+                  "the module's code, as a dotted reward path does: a recipe is code."},
+    )
+    # Command line only (CLI_ONLY): each lifts a guard that protects a user running someone else's recipe, so the
+    # recipe file cannot set it (it would opt itself in); init=False keeps them out of the parser's fields and out
+    # of recipe.resolved.yaml. parse_recipe reads them off the command line.
+    allow_unsafe_env: bool = field(
+        default=False, init=False,
+        metadata={"help": "Let the recipe's env: set variables that change which code runs or where data and tokens "
+                  "go (LD_*, PYTHON*, PATH, *_BASE_URL, *ENDPOINT*, proxies, CA bundles, GIT_*, ...: UNSAFE_ENV in "
+                  "trainer/config/recipe_checks.py). Command line only, for a recipe you trust."},
+    )
+    allow_external_checkpoint: bool = field(
+        default=False, init=False,
+        metadata={"help": "Resume from a checkpoint folder outside output_dir. Resuming unpickles the checkpoint "
+                  "(it can run any code): command line only, for a checkpoint you trust."},
     )
 
     def __post_init__(self) -> None:
@@ -149,6 +167,10 @@ A recipe is one YAML file of the fields below; flags on the command line overrid
 
   accelerate launch launch/train.py --config configs/demo/smollm2-arithmetic.yaml --output_dir outputs/demo
   python launch/train.py --config RECIPE.yaml --resume_from_checkpoint true   # continue the run in output_dir
+
+A recipe is code: run only trusted recipes (import_modules and dotted reward paths import and run Python, env: sets
+the environment; a resume unpickles its checkpoint). --allow_unsafe_env and --allow_external_checkpoint lift the
+two guards, and only the command line can give them.
 """
 
 EPILOG = """The run folder (output_dir) receives checkpoints, metrics.jsonl, metrics.png, the final model and
@@ -161,6 +183,8 @@ drops accelerate's own CalledProcessError traceback that follows the line.
 
 RUN_FIELDS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "model_name_or_path", "import_modules",
               "launch_processes", "max_steps", "num_train_epochs", "seed", "report_to")
+# TaskArguments' opt-ins that only the command line may give (see the fields).
+CLI_ONLY = ("allow_unsafe_env", "allow_external_checkpoint")
 CLASSES = (TaskArguments, WinnowConfig, ModelConfig)
 
 
@@ -186,12 +210,17 @@ def recipe_parser() -> RecipeParser:
         ("transformers TrainingArguments", "", own_fields(TrainingArguments)),
     ]
     parser = RecipeParser(CLASSES, sections, DESCRIPTION, EPILOG)
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(TaskArguments) if f.name in CLI_ONLY}
+    for name in CLI_ONLY:  # read (and removed) by parse_recipe before argparse runs; declared for --help only
+        parser.run_group.add_argument(f"--{name}", f"--{name.replace('_', '-')}", metavar="BOOL",
+                                      default=argparse.SUPPRESS, help=f"{helps[name]} (default: false)")
     for action in parser._actions:
         if action.dest in stages.STAGE_KINDS:
             action.help = f"{action.help} Choices: {', '.join(stages.available(action.dest))}."
         elif action.dest == "resume_from_checkpoint":
             action.help = ("Continue a run: a checkpoint folder, or `true` for the latest checkpoint-N in output_dir "
-                           "(its metrics.jsonl is kept and continued).")
+                           "(its metrics.jsonl is kept and continued). A resume trusts the checkpoint: it unpickles "
+                           "its files, so a folder outside output_dir needs --allow_external_checkpoint true.")
         elif action.dest == "model_name_or_path":
             action.help = ("The policy: a hub id, a local model folder or an offline alias "
                            f"({', '.join(OFFLINE_MODELS)}; built locally by trainer/tools/assets.py).")
@@ -201,22 +230,39 @@ def recipe_parser() -> RecipeParser:
 def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, WinnowConfig, ModelConfig]:
     """Parse ``--config recipe.yaml`` and CLI overrides (CLI beats YAML beats defaults). Every mistake --
     missing or malformed file, unknown key, wrong type, invalid value -- raises a ``ConfigError`` naming the
-    field and the fix; nothing heavy has happened yet."""
+    field and the fix; nothing heavy has happened yet. A recipe is code: an unsafe ``env:`` key or a checkpoint
+    outside output_dir is refused before the recipe's modules are imported or os.environ changes, unless the
+    command line (never the recipe) gives --allow_unsafe_env / --allow_external_checkpoint."""
+    from trainer.config import recipe_checks as checks
     from trainer.config.yaml_types import check_recipe_types
 
     path, rest = split_config_flag(sys.argv[1:] if argv is None else list(argv))
+    opt_ins = {}
+    for name in CLI_ONLY:
+        opt_ins[name], rest = pop_cli_flag(rest, name)
     config = read_recipe_file(path) if path else {}
+    # A recipe is code: what only a trusted recipe may do is refused here, before import_modules (or anything else)
+    # runs and before os.environ changes -- the opt-ins come from the command line, never from the recipe itself.
+    for name in CLI_ONLY:
+        if name in config:
+            raise RecipeError(name, "a recipe cannot opt itself in", f"remove it from the recipe; pass --{name} true "
+                              "on the command line, and only for a recipe you trust")
+    env = config.pop("env", None) or {}
+    if not isinstance(env, dict):
+        raise RecipeError(
+            "env", f"must be a mapping of environment variables (got {env!r})", "write env: {NAME: value}"
+        )
+    checks.check_env(env, opt_ins["allow_unsafe_env"])
+    # The values as given (check_run checks the parsed ones again); TrainingArguments' default output_dir.
+    resume = _given(rest, config, "resume_from_checkpoint")
+    output_dir = _given(rest, config, "output_dir") or "trainer_output"
+    checks.check_checkpoint_location(str(output_dir), resume, opt_ins["allow_external_checkpoint"])
     modules = config.get("import_modules") or []
     import_modules([modules] if isinstance(modules, str) else list(modules))
     import_modules(cli_values(rest, "import_modules") or [])
     parser = recipe_parser()
     check_keys(parser, config, [])
     check_recipe_types(config, CLASSES)
-    env = config.pop("env", None) or {}
-    if not isinstance(env, dict):
-        raise RecipeError(
-            "env", f"must be a mapping of environment variables (got {env!r})", "write env: {NAME: value}"
-        )
     for key, value in env.items():  # TrlParser's `env` key
         os.environ[str(key)] = str(value)
     # Under a launcher (WORLD_SIZE set), before TrainingArguments exists: its __post_init__ already sets up the
@@ -241,6 +287,8 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
                else "change the value the message names (python launch/train.py --help describes each field)")
         raise RecipeError("recipe", problem, fix) from None
     check_keys(parser, {}, remaining)
+    for name, value in opt_ins.items():
+        setattr(task, name, value)
     if (cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs")
             and task.dataset_name == config.get("dataset_name", task.dataset_name)):
         # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it -- unless it
@@ -259,6 +307,13 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
             "DAPO uses 4096 of 20480; pick a buffer smaller than the response budget",
         )
     return task, args, model_args
+
+
+def _given(argv: Sequence[str], config: dict[str, Any], name: str) -> Any:
+    """The value of field ``name`` as given, before parsing: the command line's last (either spelling), else the
+    recipe's."""
+    values = cli_values(argv, name) or cli_values(argv, name.replace("_", "-"))
+    return values[-1] if values else config.get(name)
 
 
 def resolve_model_path(name: str) -> str:
@@ -289,7 +344,7 @@ def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) 
 
     checks.check_process_count(task.launch_processes)
     checks.check_output_dir(args.output_dir, args.resume_from_checkpoint, task.overwrite_output_dir)
-    checks.check_resume(args.output_dir, args.resume_from_checkpoint)
+    checks.check_resume(args.output_dir, args.resume_from_checkpoint, task.allow_external_checkpoint)
     if checks.resume_requested(args.resume_from_checkpoint):
         check_resume_continues(args)
     checks.check_model_path("model_name_or_path", model_args.model_name_or_path, list(OFFLINE_MODELS),
@@ -477,12 +532,13 @@ NOT_RESOLVED = ("resume_from_checkpoint", "overwrite_output_dir", "hub_token", "
 
 
 def resolved_recipe(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> dict[str, Any]:
-    """Every field of the parsed recipe (defaults included) as one flat mapping that ``--config`` reads back."""
+    """Every field of the parsed recipe (defaults included) as one flat mapping that ``--config`` reads back, its
+    secrets redacted (trainer/config/redaction.py: a re-run reads them from the environment or the command line)."""
     out: dict[str, Any] = {}
     for obj in (task, model_args, args):
         out.update({f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                     if f.init and f.name not in NOT_RESOLVED})
-    return out
+    return redaction.redact(out)
 
 
 def save_resolved_recipe(recipe: dict[str, Any], path: str | Path) -> None:

@@ -5,11 +5,14 @@ process count, the output folder (a run in it is never overwritten by accident),
 from, the model path or ``offline:`` alias, combinations of fields that only fail minutes later (LoRA weight
 sync without LoRA, one reward weight per reward function), a dataset with no rows, and each reward function
 against the task's columns (called once on the first row: the rewards raise on a recipe error, never on a
-model's output).
+model's output). Two checks guard a user who runs someone else's recipe, before it runs anything: environment
+variables of the recipe's ``env:`` that change which code runs or where data and credentials go, and a checkpoint
+to resume from outside ``output_dir`` (a resume unpickles it) -- each allowed only by a command-line opt-in.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shutil
@@ -84,15 +87,84 @@ def check_output_dir(output_dir: str, resume: Any, overwrite: bool) -> None:
         )
 
 
+# Keys of a recipe's ``env:`` refused without --allow_unsafe_env (fnmatch patterns, matched upper-cased). ``env:`` is
+# for runtime knobs (TOKENIZERS_PARALLELISM, OMP_NUM_THREADS, NCCL_DEBUG, WANDB_PROJECT); these instead decide which
+# code runs, which host the run talks to (with its tokens) or which certificates it trusts. A list, not a sandbox:
+# a recipe is code anyway (import_modules, dotted reward paths, trust_remote_code).
+UNSAFE_ENV = {
+    "LD_*": "the dynamic loader loads the library it names into every process started after (LD_PRELOAD, LD_AUDIT)",
+    "DYLD_*": "macOS's dynamic loader, as LD_*",
+    # all of them, the harmless PYTHONHASHSEED too (set that one in the shell): PYTHONWARNINGS imports a module
+    "PYTHON*": "decides what code every Python child runs (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONBREAKPOINT)",
+    "PATH": "decides which executable a bare name starts (python, g++, git)",
+    "BASH_ENV": "a file every non-interactive bash sources first",
+    "CC": "the C compiler Triton runs to build its kernels' launchers",
+    "CXX": "the C++ compiler torch.compile (inductor) runs",
+    "*_BASE_URL": "sends a client's requests and API key to another host (WANDB_BASE_URL, OPENAI_BASE_URL)",
+    "*ENDPOINT*": "downloads models and data from, and sends tokens to, another host (HF_ENDPOINT, AWS_ENDPOINT_URL)",
+    "HTTP_PROXY": "routes HTTP traffic, tokens included, through another host",
+    "HTTPS_PROXY": "routes HTTPS traffic through another host",
+    "ALL_PROXY": "routes all traffic through another host",
+    "*CA_BUNDLE": "trusts another certificate authority, which can then read HTTPS traffic (REQUESTS_CA_BUNDLE)",
+    "SSL_CERT_*": "trusts other certificates, which can then read HTTPS traffic",
+    "GIT_*": "git runs the commands its environment names (GIT_SSH_COMMAND, GIT_CONFIG_* core.fsmonitor), and W&B "
+    "runs git in the working tree",
+    "NCCL_*PLUGIN*": "NCCL loads the shared library it names (NCCL_NET_PLUGIN); NCCL's tuning knobs stay allowed",
+    "*WEIGHTS_ONLY*": "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD makes every torch.load unpickle arbitrary objects",
+    "*TRUST_REMOTE_CODE*": "runs a hub repository's Python code (HF_DATASETS_TRUST_REMOTE_CODE)",
+}
+
+
+def unsafe_env_keys(env: dict) -> dict[str, str]:
+    """The keys of ``env`` that :data:`UNSAFE_ENV` refuses, each with why."""
+    found = {}
+    for key in env:
+        pattern = next((p for p in UNSAFE_ENV if fnmatch.fnmatchcase(str(key).upper(), p)), None)
+        if pattern:
+            found[str(key)] = UNSAFE_ENV[pattern]
+    return found
+
+
+def check_env(env: dict, allow_unsafe: bool) -> None:
+    """Refuse a recipe's ``env:`` that sets a variable of :data:`UNSAFE_ENV` unless the command line opted in."""
+    unsafe = unsafe_env_keys(env)
+    if unsafe and not allow_unsafe:
+        why = "; ".join(f"{key}: {reason}" for key, reason in unsafe.items())
+        raise RecipeError(
+            "env", f"the recipe sets what only a trusted recipe may: {why}",
+            f"remove {'it' if len(unsafe) == 1 else 'them'} from the recipe's env, or, only if you trust this "
+            "recipe, pass --allow_unsafe_env true on the command line",
+        )
+
+
+def check_checkpoint_location(output_dir: str, resume: Any, allow_external: bool) -> None:
+    """A resume from a folder (not ``true``/``latest``) must lie inside ``output_dir``, symlinks and ``..``
+    resolved: resuming unpickles the checkpoint's files (DeepSpeed's ``*_states.pt``, ``weights_only=False``), so
+    only the run's own checkpoints load unless the command line opted in."""
+    if allow_external or not resume_requested(resume) or resumes_latest(resume):
+        return
+    checkpoint = Path(str(resume)).expanduser().resolve()
+    folder = Path(output_dir).expanduser().resolve()
+    if not checkpoint.is_relative_to(folder):
+        raise RecipeError(
+            "resume_from_checkpoint", f"{resume} lies outside output_dir {output_dir} (resolved: {checkpoint} is "
+            f"not under {folder}); resuming unpickles the checkpoint, which can run any code",
+            "resume a checkpoint of this run (true for the latest), or, only if you trust that checkpoint, pass "
+            "--allow_external_checkpoint true on the command line",
+        )
+
+
 def resumes_latest(resume: Any) -> bool:
     """Whether ``resume_from_checkpoint`` names no folder but asks for the latest checkpoint of output_dir."""
     return str(resume).strip().lower() in ("true", "latest", "yes", "1")
 
 
-def check_resume(output_dir: str, resume: Any) -> None:
-    """A resume needs a checkpoint: ``true``/``latest`` one in ``output_dir``, a path an existing folder."""
+def check_resume(output_dir: str, resume: Any, allow_external: bool = False) -> None:
+    """A resume needs a checkpoint: ``true``/``latest`` one in ``output_dir``, a path an existing folder inside
+    ``output_dir`` (anywhere with ``allow_external``: :func:`check_checkpoint_location`)."""
     if not resume_requested(resume):
         return
+    check_checkpoint_location(output_dir, resume, allow_external)
     from transformers.trainer_utils import get_last_checkpoint
 
     if resumes_latest(resume):

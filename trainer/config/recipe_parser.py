@@ -50,7 +50,7 @@ class RecipeParser(TrlParser):
         super().__init__(classes, description=description, epilog=epilog, formatter_class=_Formatter,
                          usage="%(prog)s --config RECIPE.yaml [--FIELD VALUE ...]", allow_abbrev=False)
         self.fields = {a.dest for a in self._actions if a.dest != "help"}
-        run = self.add_argument_group("run")
+        run = self.run_group = self.add_argument_group("run")  # recipe.py adds its command-line-only flags here
         # Read by parse_recipe_argv before argparse runs; declared here only so --help shows it.
         run.add_argument("--config", metavar="RECIPE.yaml", default=argparse.SUPPRESS,
                          help="The recipe: a YAML mapping of any of the fields below, e.g. --config "
@@ -103,6 +103,31 @@ def split_config_flag(argv: Sequence[str]) -> tuple[str | None, list[str]]:
         else:
             rest.append(arg)
     return path, rest
+
+
+def pop_cli_flag(argv: Sequence[str], name: str) -> tuple[bool, list[str]]:
+    """``(value of the boolean --name, the other arguments)``: ``--name``, ``--name true|false``, ``--name=...``;
+    the last one given wins. For the flags only the command line may set (``CLI_ONLY`` in recipe.py)."""
+    rest, value, args = [], False, list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag = arg.split("=", 1)[0].replace("-", "_")
+        if flag == f"__{name}":  # --allow_unsafe_env or --allow-unsafe-env, as argparse's other fields
+            if "=" in arg:
+                text = arg.split("=", 1)[1]
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                text, i = args[i + 1], i + 1
+            else:
+                text = "true"
+            word = text.strip().lower()
+            if word not in ("true", "false", "yes", "no", "1", "0"):
+                raise RecipeError(f"--{name}", f"{text!r} is not a boolean", f"write --{name} true")
+            value = word in ("true", "yes", "1")
+        else:
+            rest.append(arg)
+        i += 1
+    return value, rest
 
 
 def read_recipe_file(path: str) -> dict[str, Any]:

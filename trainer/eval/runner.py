@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainer.config.redaction import redact
 from trainer.eval.benchmarks import EvalItem, load_benchmark
 from trainer.eval.generation import (
     Decoding,
@@ -224,13 +225,14 @@ def _build_generator(
 
 
 def _config_record(config: EvalConfig, system: SystemSpec) -> dict[str, Any]:
-    """What ``<system>/config.json`` records: everything that changes a system's results."""
-    return {"system": asdict(system), "decoding": asdict(config.decoding), "entropy": config.entropy,
-            "chat_template_kwargs": config.chat_template_kwargs,
-            "benchmarks": [asdict(b) for b in config.benchmarks],
-            # only when not the default, so result folders written before presets existed still resume
-            **({"prompt": config.prompt} if config.prompt != "default" else {}),
-            **({"token_ids": True} if config.token_ids else {})}
+    """What ``<system>/config.json`` records: everything that changes a system's results (secrets redacted:
+    trainer/config/redaction.py, e.g. the user-info of a server's ``base_url``)."""
+    return redact({"system": asdict(system), "decoding": asdict(config.decoding), "entropy": config.entropy,
+                   "chat_template_kwargs": config.chat_template_kwargs,
+                   "benchmarks": [asdict(b) for b in config.benchmarks],
+                   # only when not the default, so result folders written before presets existed still resume
+                   **({"prompt": config.prompt} if config.prompt != "default" else {}),
+                   **({"token_ids": True} if config.token_ids else {})})
 
 
 def _check_config(path: Path, config: EvalConfig, system: SystemSpec) -> None:

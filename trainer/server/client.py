@@ -45,6 +45,7 @@ from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import RequestHistory, Retry
 
 from trainer import trl_contact
+from trainer.config.redaction import redact_url
 
 logger = logging.getLogger("trainer.server.client")
 
@@ -79,10 +80,10 @@ class GenerationServerError(ConnectionError):
     exceptions will not swallow it."""
 
     def __init__(self, url: str, what: str, hint: str = FIX_HINT):
-        parsed = urlparse(url)
-        self.server = parsed.netloc or url
+        parsed = urlparse(redact_url(url))  # no user:password@ of a URL in the message (trainer/config/redaction.py)
+        self.server = parsed.netloc or redact_url(url)
         self.endpoint = parsed.path or "/"
-        super().__init__(f"vLLM server {self.server} (endpoint {self.endpoint}): {what}. {hint}")
+        super().__init__(redact_url(f"vLLM server {self.server} (endpoint {self.endpoint}): {what}. {hint}"))
 
 
 class NoResendAfterReadTimeout(Retry):
@@ -196,7 +197,8 @@ def wait_for_server(base_url: str, total_timeout: float, retry_interval: float =
             reason = f"HTTP {response.status_code}"
             if response.status_code == 200:
                 waited = time.monotonic() - start
-                logger.info("vLLM server %s is up after %.1fs (%d attempt(s))", base_url, waited, attempt)
+                logger.info("vLLM server %s is up after %.1fs (%d attempt(s))", redact_url(base_url), waited,
+                            attempt)
                 return waited
         except requests.RequestException as exc:
             reason = f"{type(exc).__name__}: {exc}"
@@ -206,7 +208,7 @@ def wait_for_server(base_url: str, total_timeout: float, retry_interval: float =
                 f"not up after {elapsed:.1f}s (budget total_timeout={total_timeout}s, {attempt} attempt(s), "
                 f"per-request timeout {request_timeout}s); last error: {reason}"))
         logger.info("vLLM server %s not up yet (attempt %d, %.1fs elapsed of %.0fs): %s; retrying in %.1fs",
-                    base_url, attempt, elapsed, total_timeout, reason, retry_interval)
+                    redact_url(base_url), attempt, elapsed, total_timeout, redact_url(reason), retry_interval)
         time.sleep(retry_interval)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from trainer.config.core import ConfigError
+from trainer.config.redaction import redact_url
 from trainer.tools import memory_estimate as mem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -435,11 +436,12 @@ def run(argv: list[str]) -> Report:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the report; exit code 1 if any check failed."""
+    """Print the report (URLs without their user-info: trainer/config/redaction.py); exit code 1 if any check
+    failed."""
     try:
         report = run(list(sys.argv[1:] if argv is None else argv))
     except ConfigError as e:
-        print(f"FAIL {e}")
+        print(redact_url(f"FAIL {e}"))
         return 1
-    print(report.render())
+    print(redact_url(report.render()))
     return 1 if report.failed else 0
