@@ -27,6 +27,8 @@ SLURM = REPO / "launch" / "slurm" / "train_multinode.slurm"
 RECIPE = "configs/grpo/qwen3-8b-dapo17k.yaml"
 TRL_TAIL = ["--enable-scale-out", "--weight-transfer-config", '{"backend": "nccl"}',
             "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
+GUARD = ["--middleware", "vllm_route_guard.RouteGuard"]  # ours, after TRL's flags (tests/server/test_route_guard.py)
+GUARD_PATH = os.pathsep.join(p for p in (str(REPO / "launch" / "guard"), os.environ.get("PYTHONPATH", "")) if p)
 
 # Stands in for vLLM's interpreter: ignores the vLLM arguments except --port. It forks a child that ignores
 # SIGTERM (like a slow engine worker) so stop() must sweep the group with SIGKILL.
@@ -97,8 +99,9 @@ def test_gpu_command_matches_trl_vllm_serve():
                                  vllm_version="0.31.0")
     assert argv == ["/py", "-m", "vllm.entrypoints.cli.main", "serve", "Qwen/Qwen3-4B", "--host", "127.0.0.1",
                     "--port", "8000", "--tensor-parallel-size", "4", "--data-parallel-size", "1",
-                    "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16", "--max-model-len", "4096", *TRL_TAIL]
-    assert env == {"VLLM_SERVER_DEV_MODE": "1"}
+                    "--gpu-memory-utilization", "0.9", "--dtype", "bfloat16", "--max-model-len", "4096", *TRL_TAIL,
+                    *GUARD]
+    assert env == {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": GUARD_PATH, "WINNOW_SERVER_ALLOW_FROM": ""}
     assert json.loads(argv[argv.index("--weight-transfer-config") + 1]) == {"backend": "nccl"}
 
 
@@ -106,8 +109,10 @@ def test_cpu_command_uses_openai_module_and_kv_cache_env():
     argv, env = vs.build_command("/m", device="cpu", python="/venv-vllm/py", port=8123, cpu_kvcache_gb=4,
                                  vllm_version="0.31.0", extra_args=["--seed", "1"])
     assert argv == ["/venv-vllm/py", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--host",
-                    "127.0.0.1", "--port", "8123", "--dtype", "bfloat16", "--enforce-eager", *TRL_TAIL, "--seed", "1"]
-    assert env == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "4"}
+                    "127.0.0.1", "--port", "8123", "--dtype", "bfloat16", "--enforce-eager", *TRL_TAIL, *GUARD,
+                    "--seed", "1"]
+    assert env == {"VLLM_SERVER_DEV_MODE": "1", "PYTHONPATH": GUARD_PATH, "WINNOW_SERVER_ALLOW_FROM": "",
+                   "VLLM_CPU_KVCACHE_SPACE": "4"}
 
 
 @pytest.mark.parametrize("device", ["gpu", "cpu"])
@@ -143,8 +148,9 @@ def test_dry_run_from_recipe(tmp_path):
     out = _cli("--config", str(recipe), "--device", "cpu", "--dry-run", "--", "--seed", "7")
     assert out.returncode == 0, out.stderr
     words = shlex.split(out.stdout.strip())
-    assert words[:3] == ["VLLM_SERVER_DEV_MODE=1", "VLLM_CPU_KVCACHE_SPACE=2", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"]
-    argv = words[3:]
+    assert words[:5] == ["VLLM_SERVER_DEV_MODE=1", f"PYTHONPATH={GUARD_PATH}",
+                         "WINNOW_SERVER_ALLOW_FROM=", "VLLM_CPU_KVCACHE_SPACE=2", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"]
+    argv = words[5:]
     assert argv[argv.index("--model") + 1] == str(tmp_path / "model")
     assert argv[argv.index("--port") + 1] == "8123"
     assert argv[argv.index("--max-model-len") + 1] == "500"
