@@ -2,18 +2,33 @@
 
 Math-Verify's own timeouts use ``signal.alarm``: they only work in the main thread, and cannot interrupt a
 long C-level operation (sympy evaluating ``9^{9^{9^9}}`` never returns). So parse+verify runs in small
-persistent worker processes with Math-Verify's timeouts disabled; the parent waits on a pipe with a
-deadline and SIGKILLs a worker that overruns, then starts a replacement at once (its ~0.3 s start overlaps
-whatever the caller does next, instead of being added to the next call).
+persistent worker processes with Math-Verify's timeouts disabled; the parent waits on their pipes with
+deadlines and SIGKILLs a worker that overruns, then starts a replacement at once (its ~0.3 s start overlaps
+the rest of the batch, or whatever the caller does next).
+
+Limits, cheapest first:
+
+- before any worker sees it, a prediction longer than MAX_PRED_CHARS, nested deeper than MAX_PRED_DEPTH or
+  with more than MAX_PRED_BRACKETS brackets scores False; a gold over the (looser) MAX_GOLD_* bounds scores
+  None. A string scan in the parent: a flood of ``(((...)))`` costs microseconds, not a time-out;
+- each item has ``timeout`` seconds of wall-clock time in a worker (over it: None, worker killed and replaced);
+- the whole batch has ``batch_timeout`` seconds (default :func:`batch_deadline`) once a worker is ready: items
+  not answered by then score None and the call returns.
+
+One batch is spread over the pool: the calling thread drives up to MAX_WORKERS workers from one ``poll()`` loop
+(no helper threads) and hands the items out one at a time as workers free up. A slow item holds up one worker,
+not the batch; a worker with nothing left to do goes back to the pool at once for other callers.
 
 Workers are plain ``subprocess`` children running this file under ``python -I`` rather than
 ``multiprocessing`` children: fork is unsafe in the threaded trainer, and spawn/forkserver re-import the
 trainer's ``__main__`` script in the child (a script without a main guard would start training again).
 ``-I`` also keeps ``rewards/`` off the child's ``sys.path`` so no module of ``rewards/`` can shadow a stdlib one.
+A worker parses model output, so it gets a minimal environment (an allowlist, :data:`_ENV_ALLOW`): none of the
+trainer's tokens, keys or passwords.
 
 This file imports only the standard library: the parent never loads sympy; Math-Verify is imported in the
-worker only. Protocol (ASCII JSON lines): parent sends ``[[gold, pred], ...]``; the worker answers one line
-per item (true / false / null = unparsable gold) as it finishes it, so every item gets its own deadline.
+worker only. Protocol (ASCII JSON lines): the parent sends ``[[gold, pred]]``, one item a line; the worker
+answers one line per item (true / false / null = unparsable gold), in order.
 """
 
 from __future__ import annotations
@@ -28,14 +43,39 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 DEFAULT_TIMEOUT = 2.0
 MAX_PRED_CHARS = 2000  # an extracted answer longer than this is garbage: scored False without parsing
+# Bracket bounds of a prediction, checked before parsing; ( [ { count, so \left( \right) and \{ \} do too. Real
+# answers nest a few levels (\left(\frac{\sqrt{2+\sqrt{3}}}{2}\right)^{2} is 4 deep) and use well under 100
+# brackets (a 6x6 matrix of fractions: 74). The parser's time grows steeply with depth (bare braces on a 2-core
+# box: 10 deep 1.3 s, 14 deep 5 s, 20 deep never within 5 s), so deeper than 20 can never be scored in time,
+# while degenerate output (a repetition loop of "(") nests hundreds deep. Slow answers within the bounds are cut
+# by the per-item and batch deadlines.
+MAX_PRED_DEPTH = 20
+MAX_PRED_BRACKETS = 200
 MAX_GOLD_CHARS = 10000  # golds are trusted but still bounded (longer ones count as unparsable -> None)
+MAX_GOLD_DEPTH, MAX_GOLD_BRACKETS = 40, 1000  # likewise, twice / five times the prediction bounds
 STARTUP_TIMEOUT = 60.0  # worker start (imports) is bounded separately from the per-item limit
-MAX_WORKERS = int(os.environ.get("WINNOW_VERIFIER_WORKERS", "2"))  # concurrent callers beyond this queue
+MAX_WORKERS = int(os.environ.get("WINNOW_VERIFIER_WORKERS", "2"))  # workers one batch (or all callers) share
+# Default batch deadline (batch_deadline): this many whole per-item limits of spare, plus this share of the limit
+# per item and worker. Ordinary answers take ~30 ms (1/60 of the default limit), so only a batch full of
+# sympy-hostile answers that pass the bracket bounds meets the deadline.
+BATCH_SPARE_LIMITS = 2
+BATCH_ITEM_SHARE = 0.25
 _WORKER_MEMORY = 4 << 30  # address-space cap per worker: a runaway big-int power fails fast instead of OOM
+# The worker's whole environment: an allowlist, so no secret (WANDB_API_KEY, HF_TOKEN, AWS_*, ...) reaches the
+# process that parses model output, including ones nobody thought of. -I ignores PYTHON* anyway and the venv is
+# found from sys.executable. Kept: PATH, locale and TMPDIR (process essentials); LD_LIBRARY_PATH (an interpreter
+# from an HPC module or a relocated build may find libpython only through it); SYSTEMROOT (Python on Windows
+# cannot start without it); sympy's speed knobs (ground types, cache); GLIBC_TUNABLES (the allocator policy set
+# for the whole process tree, e.g. the Makefile's TEST_MALLOC; the suite has always run workers under it).
+# Left out: OMP/MKL/OPENBLAS thread counts (the worker loads no BLAS or OpenMP library), HOME (nothing in the
+# worker reads it; -I disables the user site directory).
+_ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "LD_LIBRARY_PATH", "SYSTEMROOT", "GLIBC_TUNABLES",
+              "SYMPY_GROUND_TYPES", "SYMPY_USE_CACHE", "SYMPY_CACHE_SIZE")
 _TIMEOUT, _EOF = object(), object()
 
 
@@ -43,42 +83,81 @@ def verify_answer(pred_answer: str | None, gold: str | None, timeout: float = DE
     """Whether the extracted answer ``pred_answer`` equals ``gold`` per Math-Verify (gold parsed first).
 
     ``pred_answer`` is the answer only (e.g. boxed content), not a whole completion. Returns None when
-    the check ran out of ``timeout`` seconds of wall-clock time, or when the gold is empty/unparsable;
-    False for a missing, oversized (> MAX_PRED_CHARS) or unparsable prediction. Safe from any thread.
+    the check ran out of ``timeout`` seconds of wall-clock time, or when the gold is empty/unparsable/over the
+    gold bounds; False for a missing, oversized (MAX_PRED_CHARS), over-nested (MAX_PRED_DEPTH,
+    MAX_PRED_BRACKETS) or unparsable prediction. Safe from any thread.
     """
     return verify_batch([(pred_answer, gold)], timeout)[0]
 
 
-def verify_batch(pairs, timeout: float = DEFAULT_TIMEOUT) -> list[bool | None]:
-    """:func:`verify_answer` for many ``(pred_answer, gold)`` pairs, in one round trip to one worker.
+def verify_batch(pairs, timeout: float = DEFAULT_TIMEOUT, batch_timeout: float | None = None) -> list[bool | None]:
+    """:func:`verify_answer` for many ``(pred_answer, gold)`` pairs, spread over the worker pool.
 
-    ``timeout`` bounds each item's parse+verify; an item that overruns gets None, its worker is killed
-    and replaced, and the rest of the batch continues on the replacement. A batch of n items thus takes
-    at most n * timeout (plus worker start-up, bounded by STARTUP_TIMEOUT).
+    ``timeout`` bounds each item's parse+verify: an item that overruns gets None, its worker is killed and
+    replaced, and the rest of the batch goes on. ``batch_timeout`` bounds the whole batch (default
+    :func:`batch_deadline` of the items that pass the bounds): items not answered by then get None. Its clock
+    starts when the first worker is ready, so a call returns within ``batch_timeout`` plus the wait for that
+    worker (other callers' batches; worker start-up, at most STARTUP_TIMEOUT) and a few ms per worker killed.
     """
     if not timeout or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if batch_timeout is not None and not batch_timeout > 0:
+        raise ValueError(f"batch_timeout must be a positive number of seconds or None, got {batch_timeout!r}")
     results: list[bool | None] = [None] * len(pairs)
     todo: list[tuple[int, str, str]] = []
     for i, (pred, gold) in enumerate(pairs):
         gold = "" if gold is None else str(gold).strip()
         pred = "" if pred is None else str(pred).strip()
-        if not gold or len(gold) > MAX_GOLD_CHARS:
+        if not gold or len(gold) > MAX_GOLD_CHARS or _over_nested(gold, MAX_GOLD_DEPTH, MAX_GOLD_BRACKETS):
             results[i] = None
-        elif not pred or len(pred) > MAX_PRED_CHARS:
-            results[i] = False  # bounded before any parsing: a huge completion costs nothing
+        elif not pred or len(pred) > MAX_PRED_CHARS or _over_nested(pred, MAX_PRED_DEPTH, MAX_PRED_BRACKETS):
+            results[i] = False  # bounded before any parsing: a huge or bracket-flooded answer costs nothing
         else:
             todo.append((i, gold, pred))
     if todo:
-        for (i, _, _), r in zip(todo, _pool().run([(g, p) for _, g, p in todo], timeout)):
+        pool = _pool()
+        if batch_timeout is None:
+            batch_timeout = batch_deadline(len(todo), timeout, pool.size)
+        for (i, _, _), r in zip(todo, pool.run([(g, p) for _, g, p in todo], timeout, batch_timeout)):
             results[i] = r
     return results
+
+
+def batch_deadline(n_items: int, timeout: float = DEFAULT_TIMEOUT, workers: int = MAX_WORKERS) -> float:
+    """The default ``batch_timeout`` of :func:`verify_batch` for ``n_items`` sent to workers: ``timeout * (
+    BATCH_SPARE_LIMITS + BATCH_ITEM_SHARE * ceil(n_items / workers))``, e.g. 6 s for 8 items at the default 2 s
+    limit and 2 workers, 20 s for 64 (each item alone may still take its whole limit; the batch may not)."""
+    per_worker = -(-max(0, n_items) // max(1, workers))
+    return timeout * (BATCH_SPARE_LIMITS + BATCH_ITEM_SHARE * per_worker)
 
 
 def warmup() -> None:
     """Start one worker and wait until it is ready, so the first real call doesn't pay start-up."""
     pool = _pool()
     pool.release(pool.acquire())
+
+
+def _over_nested(s: str, max_depth: int, max_brackets: int) -> bool:
+    """Whether ``s`` has more than ``max_brackets`` opening brackets ( [ { or nests them deeper than ``max_depth``
+    (any mix counts: "(0,1]" is one level). Linear; unbalanced closers are ignored."""
+    count = s.count("(") + s.count("[") + s.count("{")
+    if count > max_brackets:
+        return True
+    if count <= max_depth:  # cannot nest deeper than it has brackets: skip the scan (the common case)
+        return False
+    depth = 0
+    for ch in s:
+        if ch in "([{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif ch in ")]}" and depth:
+            depth -= 1
+    return False
+
+
+def _worker_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
 
 
 # ----------------------------------------------------------------------------------------- parent side
@@ -89,8 +168,11 @@ class _Worker:
 
     def __init__(self) -> None:
         cmd = [sys.executable, "-I", os.path.abspath(__file__), "--worker", str(os.getpid())]
-        self.proc = _popen(cmd)
+        self.proc = _popen(cmd, _worker_env())
+        self.t0 = time.monotonic()  # start-up is due by t0 + STARTUP_TIMEOUT
         self.buf, self.ready = b"", False
+        self.item: int | None = None  # index of the item it is working on (in the caller's batch)
+        self.since = 0.0  # when it began on that item
         _LIVE.add(self)
 
     def alive(self) -> bool:
@@ -98,27 +180,44 @@ class _Worker:
 
     def read_line(self, deadline: float):
         """The next line from the worker, or _TIMEOUT / _EOF. poll(), not select(): fds may be > 1024."""
-        fd = self.proc.stdout.fileno()
         poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        poller.register(self.proc.stdout.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
             if left <= 0 or not poller.poll(left * 1000):
                 return _TIMEOUT
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
+            if not self.fill():
                 return _EOF
-            self.buf += chunk
+        return self.next_line()
+
+    def fill(self) -> bool:
+        """Read what the pipe holds (call when poll() said so); False at EOF."""
+        chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+        self.buf += chunk
+        return bool(chunk)
+
+    def next_line(self) -> bytes | None:
+        if b"\n" not in self.buf:
+            return None
         line, self.buf = self.buf.split(b"\n", 1)
         return line
 
+    def check_ready(self, line) -> None:
+        if line != b"ready":
+            self.close()
+            raise RuntimeError(f"math verifier worker failed to start (got {line!r}); see its stderr")
+        self.ready = True
+
     def ensure_ready(self) -> None:
         if not self.ready:
-            line = self.read_line(time.monotonic() + STARTUP_TIMEOUT)
-            if line != b"ready":
-                self.close()
-                raise RuntimeError(f"math verifier worker failed to start (got {line!r}); see its stderr")
-            self.ready = True
+            self.check_ready(self.read_line(self.t0 + STARTUP_TIMEOUT))
+
+    def send(self, items: list[tuple[str, str]], i: int) -> None:
+        """Start the worker on ``items[i]``. OSError: the worker is gone."""
+        payload = json.dumps([items[i]]) + "\n"  # ensure_ascii: lone surrogates survive
+        self.proc.stdin.write(payload.encode("ascii"))
+        self.proc.stdin.flush()
+        self.item, self.since = i, time.monotonic()
 
     def close(self) -> None:
         _LIVE.discard(self)
@@ -131,16 +230,22 @@ class _Worker:
 
 
 class _Pool:
-    """Up to ``size`` workers shared by all threads; a thread holds one worker for a whole batch."""
+    """Up to ``size`` workers shared by all threads; a batch takes one or more of them for as long as it has
+    work for them (:meth:`run`)."""
 
     def __init__(self, size: int) -> None:
         self.size, self.count, self.idle = max(1, size), 0, []
         self.cv = threading.Condition()
+        self.started = 0  # items a worker began on (restarts after a kill included): what cost worker time
 
-    def acquire(self) -> _Worker:
+    def _take(self, block: bool) -> _Worker | None:
+        """An idle worker, else a new one in a free slot (both possibly still starting); None if none is free
+        and not ``block``."""
         with self.cv:
-            while not self.idle and self.count >= self.size:
+            while block and not self.idle and self.count >= self.size:
                 self.cv.wait()
+            if not self.idle and self.count >= self.size:
+                return None
             worker = self.idle.pop() if self.idle else None
             self.count += worker is None  # a new slot; the worker itself is started outside the lock
         try:
@@ -148,6 +253,15 @@ class _Pool:
                 if worker is not None:
                     worker.close()
                 worker = _Worker()
+            return worker
+        except BaseException:
+            self.release(None)
+            raise
+
+    def acquire(self) -> _Worker:
+        """A ready worker; waits while all are busy, and for start-up."""
+        worker = self._take(block=True)
+        try:
             worker.ensure_ready()
             return worker
         except BaseException:
@@ -157,40 +271,89 @@ class _Pool:
     def release(self, worker: _Worker | None) -> None:
         with self.cv:
             if worker is not None and worker.alive():
+                worker.item = None
                 self.idle.append(worker)
             else:
                 self.count -= 1
             self.cv.notify()
 
-    def run(self, items: list[tuple[str, str]], timeout: float) -> list[bool | None]:
-        out: list[bool | None] = []
-        worker, finished = self.acquire(), False
+    def close(self) -> None:
+        """Stop the idle workers (a private pool in tests; the shared one is stopped at exit)."""
+        with self.cv:
+            idle, self.idle = self.idle, []
+            self.count -= len(idle)
+        for worker in idle:
+            worker.close()
+
+    def run(self, items: list[tuple[str, str]], timeout: float, batch_timeout: float) -> list[bool | None]:
+        """Results for ``items`` ((gold, pred) pairs) from up to ``size`` workers at once (module doc)."""
+        out: list[bool | None] = [None] * len(items)
+        pending = deque(range(len(items)))
+        want = min(self.size, len(items))
+        # One item per worker at a time: an item queued behind a slow one in the same pipe could wait a whole
+        # limit while another worker idles. The round trip per item costs ~0.1 ms (an item ~30 ms).
+        lanes = [self.acquire()]  # waits for a worker (other batches, start-up) before the batch clock starts
+        end = time.monotonic() + batch_timeout
+        finished = False
         try:
-            while len(out) < len(items):
-                worker.ensure_ready()
-                try:
-                    payload = json.dumps(items[len(out):]) + "\n"  # ensure_ascii: lone surrogates survive
-                    worker.proc.stdin.write(payload.encode("ascii"))
-                    worker.proc.stdin.flush()
-                except OSError:  # worker died between calls: replace it and resend
-                    worker.close()
-                    worker = _Worker()
-                    continue
-                while len(out) < len(items):
-                    line = worker.read_line(time.monotonic() + timeout)
-                    if line is _TIMEOUT or line is _EOF:
-                        # Overran (or crashed): this item scores None; kill and replace the worker now.
-                        out.append(None)
+            while pending or any(w.item is not None for w in lanes):
+                if time.monotonic() >= end:
+                    break  # the rest keeps None; workers still busy are killed and replaced below
+                while pending and len(lanes) < want and (extra := self._take(block=False)) is not None:
+                    lanes.append(extra)  # more workers as they come free (another batch ends, a slot opens)
+                for k, worker in enumerate(lanes):
+                    if worker.ready and worker.item is None and pending:
+                        i = pending.popleft()
+                        try:
+                            worker.send(items, i)
+                        except OSError:  # died while idle (e.g. killed from outside): replace it, resend the item
+                            pending.appendleft(i)
+                            worker.close()
+                            lanes[k] = _Worker()
+                            continue
+                        self._count_started()
+                for worker in [w for w in lanes if w.item is None and not pending]:
+                    lanes.remove(worker)  # nothing left for it: back to the pool for other callers now
+                    self.release(worker)
+                if not lanes:
+                    break
+                wake = min([end] + [w.since + timeout for w in lanes if w.item is not None]
+                           + [w.t0 + STARTUP_TIMEOUT for w in lanes if not w.ready])
+                poller = select.poll()
+                for worker in lanes:
+                    poller.register(worker.proc.stdout.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+                readable = {fd for fd, _ in poller.poll(max(0.0, wake - time.monotonic()) * 1000)}
+                now = time.monotonic()
+                for k, worker in enumerate(lanes):
+                    alive = worker.fill() if worker.proc.stdout.fileno() in readable else True
+                    while (line := worker.next_line()) is not None:
+                        if not worker.ready:
+                            worker.check_ready(line)
+                        elif worker.item is not None:
+                            out[worker.item], worker.item = json.loads(line), None
+                    if not alive and not worker.ready:
+                        worker.check_ready(_EOF)  # raises: a worker that cannot start is an install problem
+                    elif not worker.ready and now >= worker.t0 + STARTUP_TIMEOUT:
+                        worker.check_ready(_TIMEOUT)  # raises
+                    elif not alive or (worker.item is not None and now >= worker.since + timeout):
+                        # Overran its limit (or crashed): the item keeps None; kill the worker and start its
+                        # replacement now, so the start overlaps the rest of the batch.
                         worker.close()
-                        worker = _Worker()
-                        break
-                    out.append(json.loads(line))
+                        lanes[k] = _Worker()
             finished = True
             return out
         finally:
-            if not finished:  # interrupted mid-batch: the worker may still send stale lines, never reuse it
-                worker.close()
-            self.release(worker)
+            for worker in lanes:
+                if worker.item is not None:  # batch deadline, or interrupted: a stale answer may follow, never reuse
+                    worker.close()
+                    if finished:
+                        with contextlib.suppress(OSError):  # no replacement now: the slot is freed instead
+                            worker = _Worker()
+                self.release(worker)
+
+    def _count_started(self) -> None:
+        with self.cv:
+            self.started += 1
 
 
 _LIVE: set[_Worker] = set()
@@ -209,11 +372,12 @@ def _pool() -> _Pool:
     return _singleton("pool", lambda: _Pool(MAX_WORKERS))
 
 
-def _popen(cmd: list[str]) -> subprocess.Popen:
+def _popen(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
     # Workers are started from one long-lived executor thread: PR_SET_PDEATHSIG fires when the *thread* that
     # forked a worker exits, so forking from a short-lived caller thread would kill a worker others use.
     spawner = _singleton("spawner", lambda: ThreadPoolExecutor(1, thread_name_prefix="math-verifier-spawn"))
-    return spawner.submit(subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE).result()
+    return spawner.submit(subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env).result()
+
 
 
 def _after_fork_in_child() -> None:
