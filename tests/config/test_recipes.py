@@ -601,3 +601,44 @@ def test_grpodropout_recipes_render_the_authors_training_prompt(tmp_path):
                 )
             seen[key] = ds["prompt"][0]
         assert seen[key] == authors, rel
+
+
+PAPER_FOLDERS = ("grpo", "grpodropout", "ragen", "uecr")
+
+
+@pytest.mark.parametrize("path", [p for p in RECIPES if p.relative_to(ROOT / "configs").parts[0] in PAPER_FOLDERS],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_paper_recipes_train_without_trls_importance_sampling_correction(path):
+    """TRL 1.16 turns vllm_importance_sampling_correction on by default; none of the papers' code has it (verl
+    recomputes the old log-probs on the trainer). Every paper recipe turns it off in its own file and says why in its
+    header (issue 34, A.1), and the parsed run has it off."""
+    import yaml
+
+    text = path.read_text()
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    assert yaml.safe_load(text)["vllm_importance_sampling_correction"] is False
+    assert "vllm_importance_sampling_correction on by default" in header and "recomputes the old log-probs" in header
+    _, args, _ = parse_here(path)
+    assert args.use_vllm and args.vllm_importance_sampling_correction is False
+
+
+@pytest.mark.parametrize("sampler,named", [({"top_k": 2}, "top_k=2"), ({"top_p": 0.95}, "top_p=0.95"),
+                                           ({"min_p": 0.05}, "min_p=0.05")])
+def test_correction_under_a_truncating_sampler_is_refused_naming_both_fields(tmp_path, sampler, named):
+    """Under top-k / top-p / min-p, vLLM's processed log-probs are of the truncated distribution, the trainer's of the
+    full softmax: TRL's correction would shrink every sequence's weight exponentially in its length (issue 34, A.2).
+    Refused before anything loads; with the correction off, or an untruncated sampler, the same recipe parses."""
+    from trainer.config.core import ConfigError
+
+    recipe = ROOT / "configs/demo/tiny-sokoban-vllm-server.yaml"
+    flags = [arg for key, value in sampler.items() for arg in (f"--{key}", str(value))]
+    with pytest.raises(ConfigError) as refused:
+        parse_here(recipe, "--output_dir", str(tmp_path), "--vllm_importance_sampling_correction", "true", *flags)
+    message = str(refused.value)
+    assert "vllm_importance_sampling_correction: is on" in message and named in message
+    assert "\n" not in message
+    _, args, _ = parse_here(recipe, "--output_dir", str(tmp_path), "--vllm_importance_sampling_correction", "false",
+                            *flags)
+    assert args.vllm_importance_sampling_correction is False
+    _, args, _ = parse_here(recipe, "--output_dir", str(tmp_path), "--vllm_importance_sampling_correction", "true")
+    assert args.vllm_importance_sampling_correction is True  # TRL's default stays where the sampler keeps the softmax

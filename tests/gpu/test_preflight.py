@@ -228,3 +228,14 @@ def test_listeners_bound_to_a_routable_address_are_warned(monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     rep = report(GRPO_8B, "--weight_sync", "disk")  # 4 processes on one node
     assert [status for status, _ in lines(rep, "listeners")] == ["ok", "WARN"]
+
+
+def test_preflight_prints_the_importance_sampling_correction(monkeypatch):
+    """--dry-run shows whether TRL's vLLM importance-sampling correction is on: off in a paper recipe, TRL's default
+    (on, with its mode and cap) where a recipe leaves it unset (issue 34, A.1)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    paper = report(GRPO_8B, "--weight_sync", "disk")
+    assert lines(paper, "IS correction") == [("", "vllm_importance_sampling_correction false")]
+    demo = report("configs/demo/tiny-sokoban-vllm-server.yaml")
+    assert lines(demo, "IS correction") == [("", "vllm_importance_sampling_correction true (mode sequence_mask, "
+                                                 "clip None..3.0)")]

@@ -75,8 +75,40 @@ class ServerFields:
     )
 
 
+def truncating_sampler(cfg) -> list[str]:
+    """The sampling settings that truncate the distribution vLLM samples from (``top_k``, ``top_p``, ``min_p``), as
+    ``field=value``; empty when the sampler keeps the whole (temperature-scaled) softmax."""
+    out = []
+    if cfg.top_k not in (None, 0, -1):
+        out.append(f"top_k={cfg.top_k}")
+    if cfg.top_p is not None and cfg.top_p < 1.0:
+        out.append(f"top_p={cfg.top_p}")
+    if cfg.min_p:
+        out.append(f"min_p={cfg.min_p}")
+    return out
+
+
+def check_importance_sampling(cfg) -> None:
+    """TRL's vLLM importance-sampling correction compares vLLM's sampling log-probs with the trainer's. Under top-k /
+    top-p / min-p vLLM returns log-probs of the truncated, renormalised distribution (``processed_logprobs``, which
+    TRL and launch/vllm_server.py use; vllm==0.31.0:vllm/v1/sample/ops/topk_topp_sampler.py:274-278 truncates before
+    it computes them), the trainer those of the full softmax: every token's ratio is then Z_kept <= 1 and a sequence's
+    weight shrinks exponentially with its length. Refused, naming both fields."""
+    truncation = truncating_sampler(cfg)
+    if cfg.use_vllm and cfg.vllm_importance_sampling_correction and truncation:
+        raise ConfigError(
+            "vllm_importance_sampling_correction",
+            f"is on (TRL's default) with a truncating sampler ({', '.join(truncation)}): vLLM's log-probs are of the "
+            "truncated distribution and the trainer's of the full softmax, so the correction would down-weight every "
+            "sequence exponentially in its length",
+            "set vllm_importance_sampling_correction: false (the papers' code has no such correction), or sample "
+            "without top_k / top_p / min_p",
+        )
+
+
 def validate_server_fields(cfg) -> None:
     """Fail fast on the fields above (ConfigError naming the field and the fix)."""
+    check_importance_sampling(cfg)
     if cfg.weight_sync not in WEIGHT_SYNC_KINDS:
         raise ConfigError(
             "weight_sync", f"{cfg.weight_sync!r} is not an option", f"use one of {list(WEIGHT_SYNC_KINDS)}"

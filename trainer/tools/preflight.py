@@ -338,6 +338,13 @@ def run(argv: list[str]) -> Report:
         needs_vllm = bool(args.use_vllm)
         report.add("ok", "generation", "vLLM colocate" if args.use_vllm else "transformers generate (no vLLM)")
 
+    if args.use_vllm:  # TRL 1.16 turns it on by default; the paper recipes turn it off (docs/paper-runs.md)
+        correction = args.vllm_importance_sampling_correction
+        report.add("", "IS correction", f"vllm_importance_sampling_correction {str(correction).lower()}" + (
+            f" (mode {args.vllm_importance_sampling_mode}, clip {args.vllm_importance_sampling_clip_min}.."
+            f"{args.vllm_importance_sampling_clip_max})"
+            if correction else ""))
+
     # --- packages ----------------------------------------------------------------------------------------------
     versions = package_versions()
     shown = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
