@@ -490,6 +490,7 @@ def test_no_secret_in_what_a_run_writes(tmp_path, monkeypatch):
         assert train_cli.main(["--config", str(recipe)]) == 0
     finally:
         wandb.finish()
+        wandb.teardown()  # wandb keeps its process-wide settings (WANDB_DIR) until then: a later run would write here
 
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, runs

@@ -116,6 +116,7 @@ def test_metrics_reach_wandb_offline_log(tiny_model, tmp_path, monkeypatch):
         trainer.train()
     finally:
         wandb.finish()
+        wandb.teardown()  # wandb keeps its process-wide settings (WANDB_DIR) until then: a later run would write here
 
     logs = [e for e in trainer.state.log_history if "train_runtime" not in e]
     assert [e["step"] for e in logs] == [1, 2]
