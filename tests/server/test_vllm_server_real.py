@@ -204,6 +204,8 @@ def test_multi_turn_rollout_through_the_server(server, tmp_path):
         "--collapse_detection", "false", "--eval_strategy", "no", "--val_before_train", "false",
         "--save_strategy", "no", "--logging_steps", "1", "--dataset_kwargs", '{"num_levels": 8}',
         "--disable_tqdm", "true", "--output_dir", str(tmp_path),
+        # the paper recipe turns TRL's correction off; on here, TRL logs the server-vs-trainer log-prob gap read below
+        "--vllm_importance_sampling_correction", "true",
     ])
     trainer = build_trainer(task, args, model)
     returned = []
