@@ -26,6 +26,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trainer import trl_contact
 from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
+from trainer.config.server import server_url
 from trainer.guards import atomic_checkpoint, generation_resume
 from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from trainer.guards.numerics import NonFiniteGuard, NonFiniteStepCallback
@@ -71,7 +72,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         _validate_runtime(args, kwargs.get("rollout_func"))
         # W&B, vLLM for NCCL, fp32 masters (startup_checks.py)
         check_before_load(args, model, kwargs.get("peft_config"))
-        server = _server_url(args)
+        server = server_url(args)
         sync = weight_sync_kind(args)
         if sync == "nccl":
             # A local server: TRL's weight-sync group binds loopback, not the default route (server/listeners.py).
@@ -670,16 +671,9 @@ def _pickled_redacted(args: Any) -> Iterator[None]:
         args.__class__ = original
 
 
-def _server_url(args: WinnowConfig) -> str | None:
-    """The vLLM server's base URL in server mode, else None."""
-    if not (args.use_vllm and args.vllm_mode == "server"):
-        return None
-    return args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-
-
 def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
     """Checks that need the trainer's arguments, not just the config; run before any model is loaded."""
-    if _server_url(args) is not None and args.weight_sync == "nccl" and not cuda_usable(args):
+    if server_url(args) is not None and args.weight_sync == "nccl" and not cuda_usable(args):
         raise ConfigError(
             "weight_sync",
             "'nccl' (TRL's broadcast) needs CUDA on the trainer and the server, and no CUDA device is visible "

@@ -75,6 +75,14 @@ class ServerFields:
     )
 
 
+def server_url(cfg) -> str | None:
+    """The vLLM server's base URL in server mode (TRL prefers ``vllm_server_base_url`` over host and port), else
+    None."""
+    if not (cfg.use_vllm and cfg.vllm_mode == "server"):
+        return None
+    return cfg.vllm_server_base_url or f"http://{cfg.vllm_server_host}:{cfg.vllm_server_port}"
+
+
 def truncating_sampler(cfg) -> list[str]:
     """The sampling settings that truncate the distribution vLLM samples from (``top_k``, ``top_p``, ``min_p``), as
     ``field=value``; empty when the sampler keeps the whole (temperature-scaled) softmax."""

@@ -327,10 +327,10 @@ def run(argv: list[str]) -> Report:
             tokens_per_rollout=rollout_tokens(settings.get("max_model_len"), prompt_bound, args.max_completion_length),
             server_gpus=tp * opts.data_parallel_size, tokens_per_s_per_gpu=opts.generation_tokens_per_s_per_gpu)
         check_generation_time(report, est, tp, opts.data_parallel_size, args.vllm_request_timeout, args.ddp_timeout)
+        from trainer.config.server import server_url
         from trainer.server.listeners import listener_lines
 
-        url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
-        for status, text in listener_lines(url, sync, args.vllm_group_port, world,
+        for status, text in listener_lines(server_url(args), sync, args.vllm_group_port, world,
                                            int(os.environ.get("MASTER_PORT") or 29500)):
             report.add(status, "listeners", text)
         needs_vllm = args.vllm_mode == "colocate" or sync == "nccl"
