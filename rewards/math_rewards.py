@@ -1,4 +1,5 @@
-"""Math answer extraction and verifiable math rewards: ``math_accuracy``, ``think_format``, ``dapo_accuracy``.
+"""Math answer extraction and verifiable math rewards: ``math_accuracy`` (and its ``math_accuracy_full_text``
+variant, the GRPODropout authors' grading), ``think_format``, ``dapo_accuracy``.
 
 All rewards follow TRL's contract ``f(prompts, completions, completion_ids=None, **columns)``; the gold
 answer is the dataset column ``answer`` (``kwargs["answer"]``, aligned with ``completions``). Completions
@@ -10,6 +11,7 @@ brace-matching pass; the only regex runs on the last 300 characters), so a 1 MB 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 
@@ -159,8 +161,124 @@ def _verify_completions(completions, golds, timeout: float, prefer: str) -> list
     return results
 
 
-def make_math_accuracy(timeout: float = DEFAULT_TIMEOUT):
-    """A ``math_accuracy`` reward with a per-completion verification limit of ``timeout`` seconds."""
+# ``grade`` of make_math_accuracy: "answer" grades the answer after the think block (winnow's default);
+# "full_text" grades the whole completion as the GRPODropout authors' training reward does (see below).
+MATH_GRADES = ("answer", "full_text")
+# The authors' answer-marker phrases, tried on each of the last 4 non-empty lines, last line first, patterns in
+# this order (hexuandeng/GRPODropout@4ad3b3b:verl/examples/grpo_dropout/reward.py:37-58).
+_MARKERS = tuple(re.compile(p) for p in (
+    r"(?i)(?:final\s+answer|answer)\s*[:=]\s*(.+)$",
+    r"(?i)(?:final\s+answer|answer)\s+is\s+(.+)$",
+    r"(?i)(?:therefore|thus|hence|so)[,:]?\s+(?:the\s+)?answer\s+is\s+(.+)$",
+))
+# The fourth phrase, "(.+?)\s+(?:is|are)\s+the\s+answers?\.?$", is quadratic in the line's length as a regex search
+# (the lazy prefix restarts at every position: 40 kB of "x is y " took 23 s). Its match is the line's prefix before
+# a suffix " is/are the answer(s)(.)" that ends the line, so it is found from the line's end instead (the suffix
+# searched in the last _SUFFIX_WINDOW characters: whitespace runs longer than that are the only difference).
+_IS_THE_ANSWER = re.compile(r"(?i)\s+(?:is|are)\s+the\s+answers?\.?$")
+_SUFFIX_WINDOW = 64
+_MARKER_LINES = 4
+
+
+def _brace_end(text: str, open_at: int) -> int | None:
+    """Index of the ``}`` closing the first ``{`` at or after ``open_at``, counting every brace (escaped ones too,
+    as verl's boxed scanners do), or None when it never closes."""
+    depth = 0
+    for k in range(open_at, len(text)):
+        if text[k] == "{":
+            depth += 1
+        elif text[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return k
+    return None
+
+
+def _authors_boxed(text: str) -> str | None:
+    """The box content the authors' grader extracts from ``text``, "" for a box it finds but cannot unwrap, or
+    None for no complete box (reward.py:62-85: verl math_dapo's last ``\\boxed{``, else verl math's fallback).
+
+    The last ``\\boxed{`` counts only if its braces close; an earlier complete box is not used instead. The
+    fallback gives the text after the last ``\\boxed `` up to a ``$``, or "" for a complete box that starts
+    otherwise (``\\fbox{...}``, a ``\\boxed`` not directly followed by ``{``), which neither unwrapper accepts."""
+    start = text.rfind("\\boxed{")
+    end = _brace_end(text, start) if start >= 0 else None
+    if end is not None:
+        return text[start + len("\\boxed{") : end]
+    if "\\boxed " in text:
+        return text.split("\\boxed ")[-1].split("$")[0]
+    start = text.rfind("\\boxed")
+    if start < 0:
+        start = text.rfind("\\fbox")
+    return "" if start >= 0 and _brace_end(text, start) is not None else None
+
+
+def _authors_marker(text: str) -> str | None:
+    """The authors' answer-marker fallback: the first phrase pattern that matches, scanning the last 4 non-empty
+    (stripped) lines from the last one (reward.py:37-58); the captured span, or None."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()][-_MARKER_LINES:]
+    for line in reversed(lines):
+        for pattern in _MARKERS:
+            m = pattern.search(line)
+            if m and m.group(1).strip():
+                return m.group(1).strip()
+        tail = line[-_SUFFIX_WINDOW:]
+        m = _IS_THE_ANSWER.search(tail)
+        if m:
+            prefix = line[: len(line) - len(tail) + m.start()].strip()
+            if prefix:
+                return prefix
+    return None
+
+
+def full_text_candidates(text: str) -> list[str]:
+    """The answers the GRPODropout authors' training reward accepts for ``text`` (the whole decoded response,
+    think block included, finished or not); the completion is correct if any one equals the gold answer.
+
+    hexuandeng/GRPODropout@4ad3b3b:verl/examples/grpo_dropout/reward.py ``_grade_with_ground_truth``:
+    (1) verl math_dapo's Minerva check (reward.py:147-149): the last ``Answer: X`` in the last 300 characters,
+    taken as written (no Markdown stripping); (2) the extracted answer (reward.py:140, 158-159): the last complete
+    box anywhere in the text, else, only when there is no box at all, the answer-marker phrases of the last 4
+    lines (reward.py:92-98). An empty or un-unwrappable box blocks the marker fallback and gives no answer.
+    Equivalence is then Math-Verify's (winnow's verifier), not verl's string normalisation."""
+    if not text:
+        return []  # reward.py:89-90: empty text, no answer
+    found = []
+    line = _ANSWER_LINE.findall(text[-_ANSWER_WINDOW:])
+    if line and line[-1].strip():
+        found.append(line[-1].strip())
+    boxed = _authors_boxed(text)
+    answer = _authors_marker(text) if boxed is None else boxed.strip()
+    if answer:
+        found.append(answer)
+    return found
+
+
+def _verify_full_text(completions, golds, timeout: float) -> list[bool]:
+    """Correct when either candidate of :func:`full_text_candidates` verifies: one verify_batch call over every item's
+    first candidate (None = nothing to verify, as math_accuracy's call), then one over the items whose second,
+    different candidate is still needed -- not after a first verification that hit the time limit (None), so an item
+    spends at most one limit: a timed-out item scores as wrong, as in math_accuracy."""
+    cands = [list(dict.fromkeys(full_text_candidates(completion_text(c)))) for c in completions]
+    first = verify_batch([(ps[0] if ps else None, g) for ps, g in zip(cands, golds)], timeout)
+    correct = [bool(r) for r in first]
+    again = [i for i, ps in enumerate(cands) if len(ps) > 1 and first[i] is False]
+    if again:
+        for i, r in zip(again, verify_batch([(cands[i][1], golds[i]) for i in again], timeout)):
+            correct[i] = bool(r)
+    return correct
+
+
+def make_math_accuracy(timeout: float = DEFAULT_TIMEOUT, grade: str = "answer"):
+    """A ``math_accuracy`` reward with a per-completion verification limit of ``timeout`` seconds.
+
+    ``grade="answer"`` (the default) grades the last boxed answer (else the Answer: line) after ``</think>``; an
+    unfinished think block has no answer. ``grade="full_text"`` grades the whole completion as the GRPODropout
+    authors' training reward does (:func:`full_text_candidates`): a box inside the think block, finished or not,
+    counts. Registered as ``math_accuracy_full_text``."""
+    if grade not in MATH_GRADES:
+        raise ValueError(f"math_accuracy: grade must be one of {MATH_GRADES}, got {grade!r}; use 'answer' (winnow's "
+                         "default) or 'full_text' (the GRPODropout authors' grading)")
 
     def math_accuracy(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
         """1.0 if the last boxed answer (else the Answer: line) after ``</think>`` equals the gold answer
@@ -169,7 +287,14 @@ def make_math_accuracy(timeout: float = DEFAULT_TIMEOUT):
         results = _verify_completions(completions, _golds(kwargs, len(completions)), timeout, "boxed")
         return [1.0 if r else 0.0 for r in results]
 
-    return math_accuracy
+    def math_accuracy_full_text(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:
+        """1.0 if an answer the GRPODropout authors' grader takes from the WHOLE completion (think block
+        included, finished or not: the Answer: line in the last 300 characters, the last box, else an answer
+        phrase of the last 4 lines) equals the gold answer per Math-Verify, else 0.0."""
+        completions = list(completions or [])
+        return [1.0 if r else 0.0 for r in _verify_full_text(completions, _golds(kwargs, len(completions)), timeout)]
+
+    return math_accuracy if grade == "answer" else math_accuracy_full_text
 
 
 def make_dapo_accuracy(timeout: float = DEFAULT_TIMEOUT):
@@ -219,5 +344,9 @@ def boxed_format(prompts=None, completions=None, completion_ids=None, **kwargs) 
 
 
 math_accuracy = register_reward("math_accuracy", factory=make_math_accuracy)(make_math_accuracy())
+# The GRPODropout authors' training reward (grade="full_text"): the recipes of that family name it in reward_funcs.
+math_accuracy_full_text = register_reward(
+    "math_accuracy_full_text", factory=functools.partial(make_math_accuracy, grade="full_text")
+)(make_math_accuracy(grade="full_text"))
 think_format = register_reward("think_format", factory=make_think_format)(make_think_format())
 dapo_accuracy = register_reward("dapo_accuracy", factory=make_dapo_accuracy)(make_dapo_accuracy())

@@ -213,6 +213,9 @@ SPECS: dict[str, Spec] = {
     "ragen_countdown": Spec(lambda t: {}, frozenset({-0.1, 0.0, 0.1, 1.0}), golds=COUNTDOWN_GOLDS),
     "math_accuracy": Spec(lambda t: {"timeout": t}, frozenset({0.0, 1.0}), wrong=0.0, uses_verifier=True,
                           corpora=("hostile", "math_names", "views", "edge")),
+    # the GRPODropout authors' whole-text grading: up to two answers per completion go to Math-Verify
+    "math_accuracy_full_text": Spec(lambda t: {"timeout": t}, frozenset({0.0, 1.0}), wrong=0.0, uses_verifier=True,
+                                    corpora=("hostile", "math_names", "views", "edge"), slow_only=("views",)),
     "dapo_accuracy": Spec(lambda t: {"timeout": t}, frozenset({-1.0, 1.0}), wrong=-1.0, uses_verifier=True,
                           corpora=("hostile", "math_names", "views", "edge"), slow_only=("views",)),
     "overlong_penalty": Spec(lambda t: dict(OVERLONG), None),
@@ -481,7 +484,7 @@ def test_format_penalty_repetition_loop_is_linear():
 def test_clear_errors_without_the_columns():
     """Missing inputs are recipe errors: KeyError / ValueError naming what is missing, never an odd crash."""
     comps = ["<think>a</think><answer>1</answer>"]
-    for name in ("math_accuracy", "dapo_accuracy", "countdown"):
+    for name in ("math_accuracy", "math_accuracy_full_text", "dapo_accuracy", "countdown"):
         with pytest.raises(KeyError, match="answer"):
             rewards.get_reward(name)(prompts=["q"], completions=comps, completion_ids=[[1]])
         with pytest.raises(ValueError, match="entries for 1 completions"):

@@ -204,10 +204,16 @@ class OracleGenerator:
         return out
 
 
-def token_entropy(model: Any, prompt_ids: list[int], completion_ids: list[int]) -> tuple[float, int]:
-    """Actor entropy over the response's valid tokens at T = 1, summed, and the token count (the paper's
-    token-mean entropy is Σ sums / Σ counts). One no-grad forward; the full-vocabulary entropy is computed in
-    float32 position by position in chunks so a 152k vocabulary does not need a (T, V) float64 copy."""
+def token_entropy(
+    model: Any, prompt_ids: list[int], completion_ids: list[int], temperature: float = 1.0
+) -> tuple[float, int]:
+    """Actor entropy over the response's valid tokens of softmax(logits / ``temperature``), summed, and the token
+    count (the paper's token-mean entropy is Σ sums / Σ counts). ``temperature`` 1 is the raw model distribution;
+    the GRPODropout authors' evaluation divides by the sampling temperature (hexuandeng/GRPODropout@4ad3b3b:
+    eval/utils/entropy.py:62-63). One no-grad forward; the full-vocabulary entropy is computed in float32
+    position by position in chunks so a 152k vocabulary does not need a (T, V) float64 copy."""
+    if not temperature > 0:
+        raise ValueError(f"token_entropy: temperature must be > 0, got {temperature}")
     if not completion_ids:
         return 0.0, 0
     ids = torch.tensor([prompt_ids + completion_ids], device=model.device)
@@ -215,6 +221,6 @@ def token_entropy(model: Any, prompt_ids: list[int], completion_ids: list[int]) 
         logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1]
     total = 0.0
     for chunk in logits.split(256):
-        logp = chunk.float().log_softmax(-1)
+        logp = (chunk.float() / temperature).log_softmax(-1)
         total += float(-(logp.exp() * logp).sum())
     return total, len(completion_ids)

@@ -84,6 +84,10 @@ class EvalConfig:
     benchmarks: list[BenchmarkSpec]
     decoding: Decoding = field(default_factory=Decoding)
     entropy: bool = True  # token-mean actor entropy (one extra forward per response; local backend only)
+    # the temperature the entropy's softmax divides the logits by: a number (1.0 = the raw model distribution), or
+    # "decoding" = decoding.temperature (1 when greedy), what the GRPODropout authors measure
+    # (hexuandeng/GRPODropout@4ad3b3b:eval/utils/entropy.py:62-63, called with the sampling temperature)
+    entropy_temperature: float | str = 1.0
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     grade_timeout: float = 5.0
     dispersion_threshold: int = 8  # W split: questions every system answers correctly >= / < this many times
@@ -97,6 +101,17 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.prompt not in PROMPT_PRESETS:
             raise ValueError(f"prompt: unknown preset {self.prompt!r}; use one of {sorted(PROMPT_PRESETS)}")
+        t = self.entropy_temperature
+        if not (t == "decoding" or (isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0)):
+            raise ValueError(f"entropy_temperature: {t!r} is neither a number > 0 nor 'decoding'; use 1.0 (the raw "
+                             "model distribution) or 'decoding' (the sampling temperature, the GRPODropout authors')")
+
+    @property
+    def entropy_temp(self) -> float:
+        """The temperature the recorded entropies are measured at (``entropy_temperature`` resolved)."""
+        if self.entropy_temperature == "decoding":
+            return self.decoding.temperature if self.decoding.temperature > 0 else 1.0
+        return float(self.entropy_temperature)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "EvalConfig":
@@ -189,7 +204,8 @@ def _records(config, system, item: EvalItem, q: Question, samples, model, tokeni
         if config.entropy and model is not None:
             if prompt_ids is None:
                 prompt_ids = chat_prompt_ids(tokenizer, q.messages, config.chat_template_kwargs)
-            record["entropy_sum"], record["entropy_tokens"] = token_entropy(model, prompt_ids, c.token_ids)
+            record["entropy_sum"], record["entropy_tokens"] = token_entropy(model, prompt_ids, c.token_ids,
+                                                                            config.entropy_temp)
         out.append(record)
     return out
 
@@ -232,6 +248,8 @@ def _config_record(config: EvalConfig, system: SystemSpec) -> dict[str, Any]:
                    "benchmarks": [asdict(b) for b in config.benchmarks],
                    # only when not the default, so result folders written before presets existed still resume
                    **({"prompt": config.prompt} if config.prompt != "default" else {}),
+                   **({"entropy_temperature": config.entropy_temperature}
+                      if config.entropy_temperature != 1.0 else {}),
                    **({"token_ids": True} if config.token_ids else {})})
 
 
