@@ -34,6 +34,7 @@ from trainer.guards.rewards import RewardGuard
 from trainer.guards.startup_checks import check_before_load, cuda_usable, weight_sync_kind
 from trainer.methods.collapse_detector import CollapseDetector
 from trainer.methods.dynamic_sampling import DynamicSampler
+from trainer.methods.low_success_stop import LowSuccessStop, LowSuccessStopCallback
 from trainer.methods.reward_variance_stop import (
     EvaluateBeforeTrainingCallback,
     RewardVarianceStop,
@@ -113,6 +114,14 @@ class WinnowGRPOTrainer(GRPOTrainer):
             per_batch = generation_resume.micro_steps_per_batch(args)  # TRL's counter decides when it generates
             self.add_callback(RewardVarianceStopCallback(
                 self._rv_stop, lambda: trl_contact.micro_step(self) % per_batch == 0))
+        self._low_success = None
+        # RAGEN's low-validation-success stop (trainer/methods/low_success_stop.py)
+        if args.low_success_stop_steps > 0:
+            self._low_success = LowSuccessStop(args.low_success_stop_steps, args.low_success_stop_threshold)
+            micro_steps = generation_resume.micro_steps_per_batch(args)
+            self.add_callback(LowSuccessStopCallback(
+                self._low_success, lambda: trl_contact.micro_step(self) % micro_steps == 0,
+                lambda: self._empty_steps is not None and self._empty_steps.consecutive_empty_generations > 0))
         if args.val_before_train:
             self.add_callback(EvaluateBeforeTrainingCallback(self))
         self._collapse = CollapseDetector(args, trl_contact.tokenizer(self)) if args.collapse_detection else None
@@ -127,7 +136,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # Everything checkpointed in STAGE_STATE_FILE, by its key there (one protocol: stages.Checkpointed).
         guards = (("empty_steps", self._empty_steps), ("collapse", self._collapse),
                   ("dynamic_sampling", self._dynamic), ("numerics", self._numerics),
-                  ("reward_variance_stop", self._rv_stop))
+                  ("reward_variance_stop", self._rv_stop), ("low_success_stop", self._low_success))
         self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
         self._checkpointed.update(self._stage_states)
         # TRL's micro-step counter, so generation boundaries survive a resume (trainer/guards/generation_resume.py)
@@ -463,8 +472,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
         ``N / N_kept`` (global counts; equal micro-batches). The policy term is linear in the advantage
         and the KL term linear in beta, so scaling both by that factor gives exactly that loss, while
         TRL's entropy bonus and logged metrics -- means over the already-masked tokens -- stay as they are.
+        ``dr_grpo_token_sum`` puts ``max_completion_length`` into the same factor: verl's seq-mean-token-sum is
+        TRL's dr_grpo without its division by that constant.
         """
         scale = inputs.get("winnow_loss_scale")
+        if self.args.dr_grpo_token_sum:  # verl's seq-mean-token-sum: undo TRL's constant 1 / max_completion_length
+            scale = self.max_completion_length * (1.0 if scale is None else scale)
         if self.args.entropy_aggregation == "loss_type" and trl_contact.entropy_bonus_enabled(self):
             # RAGEN's (verl's) entropy bonus, aggregated like the policy term (trainer/pipeline/entropy_bonus.py)
             return loss_with_aggregated_entropy(self, inputs, lambda: self._trl_loss(model, inputs, scale), scale)
@@ -607,6 +620,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             accumulation=self.args.gradient_accumulation_steps,
             first_micro_step=trl_contact.micro_step(self),
             passes=self.num_iterations,
+            recipe_micro_rows=self.args.per_device_train_batch_size,
         )
         if self.args.compact_batch:
             micro_rows = compacted_micro_rows(K, world, S, plan["accumulation"], self.args.per_device_train_batch_size,

@@ -55,14 +55,22 @@ GRPODROPOUT_GRPO_BASELINE = {
     "dataset_path": "open-r1/DAPO-Math-17k-Processed",
     "dataset_config": "en",
     "dataset_expected_rows": 14116,
+    # verl's filter_overlong_prompts counts characters of the chat-templated prompt (A:verl/verl/utils/dataset/
+    # rl_dataset.py:177, tokenize=False at :144) <= 2048; Qwen3's template adds 80 to system + user
+    "dataset_max_prompt_chars": 1968,
     "prompt_template": "{problem}",
     "system_prompt": AUTHORS_SYSTEM_PROMPT,
     "use_vllm": True,
+    # the authors' verl recomputes the old log-probs on the trainer (A:verl/verl/trainer/ppo/ray_trainer.py fit,
+    # actor_rollout_wg.compute_log_prob) and has no sampler-ratio correction: TRL 1.16's default (on) is turned off
+    "vllm_importance_sampling_correction": False,
+    "filtered_updates": "fixed",  # nothing is removed without a dropout stage: always 2 optimizer steps
     "advantage": "grpo",
     "advantage_std": "unbiased",  # the authors ran verl: torch.std (ddof 1) + 1e-6
     "advantage_eps": 1e-6,
-    # the rule-based correctness reward alone (0/1, A:verl/examples/grpo_dropout/reward.py)
-    "reward_funcs": ["math_accuracy"],
+    # the rule-based correctness reward alone (0/1, A:verl/examples/grpo_dropout/reward.py), grading the whole
+    # response, an unfinished <think> included (reward.py:140, :92-98, :147-149)
+    "reward_funcs": ["math_accuracy_full_text"],
     "reward_weights": [1.0],
     "overlong_penalty": None,  # no overlong shaping in the GRPO setup (reward = compute_score_gt_math's 0/1 alone)
     # none of the Table 1 baselines' mechanisms (each row below adds exactly its own):
@@ -79,16 +87,30 @@ def grpodropout_row(pos: bool, neg: bool, center: bool, p_wt: bool) -> dict:
     candidates = restoring A <= 0 (eq. 7); Center x = no recentering; Center + P-wt = eq. 9."""
     delete = {(True, False): "positive", (False, True): "negative", (True, True): "both"}[(pos, neg)]
     recenter = "prob_weighted" if center and p_wt else ("mean" if center else "none")
-    return {**GRPODROPOUT_GRPO_BASELINE, "rollout_dropout": "grpodropout", "dropout_selector": "paper",
-            "dropout_delete": delete, "dropout_recenter": recenter, "dropout_surprisal_basis": "mean"}
+    return {**GRPODROPOUT_GRPO_BASELINE, **VERL_STEPS, "rollout_dropout": "grpodropout", "dropout_selector": "paper",
+            "dropout_delete": delete, "dropout_recenter": recenter, "dropout_surprisal_basis": "mean",
+            "dropout_zero_push_groups": "keep_all", "dropout_restandardize": False}
 
 
-PAPER_DEFAULT = grpodropout_row(pos=True, neg=False, center=True, p_wt=True)
+# A:verl/verl/workers/actor/dp_actor.py update_policy: the kept rows split into mini-batches of 512 (data.split), every
+# micro-batch loss divided by the fixed accumulation count -> ceil(kept / 512) updates, a partial one smaller
+VERL_STEPS = {"filtered_updates": "verl_minibatch"}
+# A:verl/examples/grpo_dropout/configs/variants/balance.env ("main method": SELECT_METHOD balanced_push_zero,
+# ADV_P_CENTER_MODE weighted_center) with train.sh's RECOMPUTE_ADV_AFTER_SELECT True and ENTROPY_LOGPROB_BASIS avg;
+# selector_methods.py select_balanced_push_zero: an all-zero-push group keeps a random max(1, G // 4)
+AUTHORS_BALANCE = {**GRPODROPOUT_GRPO_BASELINE, **VERL_STEPS, "rollout_dropout": "grpodropout",
+                   "dropout_selector": "balanced_push", "dropout_zero_push_groups": "random_min_keep",
+                   "dropout_restandardize": True, "dropout_recenter": "prob_weighted",
+                   "dropout_surprisal_basis": "mean"}
 PAPER_RECIPES = {
     **{f"configs/grpo/qwen3-{m}-dapo17k.yaml": ({**GRPODROPOUT_GRPO_BASELINE, **NO_DROPOUT}, f"Qwen/Qwen3-{M}")
        for m, M in (("1.7b", "1.7B"), ("4b", "4B"), ("8b", "8B"))},
-    **{f"configs/grpodropout/qwen3-{m}-dapo17k.yaml": (PAPER_DEFAULT, f"Qwen/Qwen3-{M}")
+    **{f"configs/grpodropout/qwen3-{m}-dapo17k.yaml": (AUTHORS_BALANCE, f"Qwen/Qwen3-{M}")
        for m, M in (("1.7b", "1.7B"), ("4b", "4B"), ("8b", "8B"))},
+    # A:verl/examples/grpo_dropout/configs/variants/balance_neg.env:
+    # SELECT_METHOD balanced_push_zero_add_negpush_negadv
+    "configs/grpodropout/variants/qwen3-4b-dapo17k-balance_neg.yaml": (
+        {**AUTHORS_BALANCE, "dropout_selector": "balanced_push_neg"}, "Qwen/Qwen3-4B"),
 }
 # Table 2 (§4.2): (model, Pos., Neg., Center, P-wt.) for every row with a deletion; the rows without deletion
 # are the GRPO baselines above.
@@ -116,9 +138,9 @@ TABLE1_METHODS = {
         "delta": 10.0,  # clip_ratio_c 10 (dual-clip for A < 0; TRL's cap on the unclipped ratio)
         "loss_type": "grpo",  # token-mean on one-sequence micro-batches, as the GRPO row
         "dynamic_sampling": True,  # filter_groups.enable
-        "dynamic_sampling_metric": "math_accuracy",  # filter_groups.metric acc: 0 < #correct < G
+        "dynamic_sampling_metric": "math_accuracy_full_text",  # filter_groups.metric acc: 0 < #correct < G
         "max_num_gen_batches": 3 * 10,  # 10 rounds of gen_batch_size 384 = 3 x 128 prompts; our round = 128 prompts
-        "reward_funcs": ["math_accuracy", "overlong_penalty"],  # reward_manager dapo: task reward + overlong shaping
+        "reward_funcs": ["math_accuracy_full_text", "overlong_penalty"],  # reward_manager dapo: task + overlong
         "reward_weights": [1.0, 1.0],
         "overlong_buffer_len": 4096,
         # penalty_factor 1.0 added to compute_score_gt_math's 0/1 score (A:verl/examples/grpo_dropout/reward.py:
@@ -154,6 +176,9 @@ GRPODROPOUT_FAMILY = sorted(k for k in PAPER_RECIPES if k.startswith(("configs/g
 # filter exactly as scripts/runs/run_main_table_diff_algo.sh ran it (softmax top-p, include_zero, the
 # released code's std score), with rho 0.9 (filter) vs 1.0 (no filter).
 RAGEN_MAIN = {
+    # RAGEN recomputes the old log-probs on the trainer (agent_trainer.py:1300-1311, compute_log_prob; the sampler's
+    # rollout_log_probs feed only debug metrics there): no sampler-ratio correction, TRL 1.16's default (on) is off
+    "vllm_importance_sampling_correction": False,
     "rollouts_per_generation_batch": 8 * 16,  # K = 128: P = 8 groups x G = 16
     "prompts_per_generation_batch": 8,
     "num_generations": 16,
@@ -166,12 +191,19 @@ RAGEN_MAIN = {
     "beta": 0.0,  # no KL: base.yaml use_kl_loss False, kl_loss_coef 0; the main-table script keeps it off
     "epsilon": 0.2,
     "epsilon_high": 0.28,
+    # dual-clip: clip_ratio_c 3.0 (dp_actor.py:420 default; volcengine/verl@d62da49 actor/actor.yaml:69), which
+    # bounds the ratio of negative-advantage tokens as TRL's delta does (tests/methods/test_grpodropout_fidelity.py)
+    "delta": 3.0,
     "temperature": 1.0,
-    "entropy_aggregation": "loss_type",  # dp_actor.py:452-456: agg_loss(entropy, mask, loss_agg_mode)
+    "entropy_aggregation": "loss_type",  # dp_actor.py:442-446: agg_loss(entropy, mask, loss_agg_mode)
     "think_prefill": True,
-    "reward_variance_stop_steps": 10,  # agent_trainer.py:1209-1242 (always on upstream)
+    "reward_variance_stop_steps": 10,  # agent_trainer.py:1210-1241 (always on upstream)
     # ctx_manager.py:1259-1263: the generation prompt ends with <think> (enable_think True)
     "reward_variance_stop_ratio": 0.1,
+    # agent_trainer.py:1482-1499: 5 validations in a row with val-env success < 0.01 stop the run (always on
+    # upstream); the environment rows below run it, the single-turn ones have no validation set
+    "low_success_stop_steps": 0,
+    "low_success_stop_threshold": 0.01,
     "max_completion_length": 400,
     "rollout_filter": "snr",
     "snr_metric": "reward_std",
@@ -183,10 +215,16 @@ RAGEN_MAIN = {
     "collapse_every": 5 * 4,  # every 5 iterations
     "collapse_turns": "all",  # base.yaml:151-152: first_turn_enabled and multi_turn_enabled, both in every check
 }
-RAGEN_ALGOS = {  # reference §1.7: GRPO = std-normalised, seq-mean-token-mean; DAPO = token-mean + clip-higher;
-    "grpo": {"loss_type": "grpo", "scale_rewards": "group"},  # Dr.GRPO = no std, seq-mean-token-sum
-    "dapo": {"loss_type": "dapo", "scale_rewards": "group"},
-    "drgrpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
+# scripts/runs/run_main_table_diff_algo.sh:226-245: GRPO = std-normalised, seq-mean-token-mean; DAPO = token-mean +
+# clip-higher; Dr.GRPO = no std, seq-mean-token-sum. verl runs them on micro-batches of 1 sequence
+# (config/base.yaml:12, use_dynamic_bsz false): token-mean and seq-mean-token-mean are both the per-sequence token mean
+# averaged over the update's sequences (TRL's grpo); seq-mean-token-sum is TRL's dr_grpo x max_completion_length
+# (dr_grpo_token_sum).
+# Checked against verl's agg_loss by hand in tests/methods/test_ragen_aggregation.py.
+RAGEN_ALGOS = {
+    "grpo": {"loss_type": "grpo", "dr_grpo_token_sum": False, "scale_rewards": "group"},
+    "dapo": {"loss_type": "grpo", "dr_grpo_token_sum": False, "scale_rewards": "group"},
+    "drgrpo": {"loss_type": "dr_grpo", "dr_grpo_token_sum": True, "scale_rewards": "none"},
 }
 RAGEN_TASKS = {"countdown": ("countdown", ["ragen_countdown"]),  # malformed = -0.1 only (es_manager.py:224-237)
                "metamathqa": ("metamathqa", ["math_accuracy", "answer_format_penalty"])}
@@ -205,7 +243,7 @@ for task, (dataset, rewards) in RAGEN_TASKS.items():
 RAGEN_EPISODE = {"max_turns": 5, "max_actions_per_turn": 2, "max_actions_per_episode": 10, "format_penalty": -0.1,
                  "turn_max_tokens": 400, "turn_max_tokens_hint": 120, "env_eval_levels": 512,
                  "env_eval_temperature": 0.5, "max_completion_length": 3072, "reward_funcs": ["env_return"],
-                 "num_generations_eval": 1, "val_before_train": True}
+                 "num_generations_eval": 1, "val_before_train": True, "low_success_stop_steps": 5}
 RAGEN_ENVS = {
     "sokoban": {"dim_room": [6, 6], "num_boxes": 1, "search_depth": 300, "max_steps": 100,
                 "observation_format": "grid_coord"},
@@ -232,6 +270,7 @@ PAPER_RECIPES.update(RAGEN_RECIPES)
 # silent): within a scale every row shares the data, decoding,
 # optimizer, clipping and reference-KL settings (§5.1), so each row is this setup plus exactly its method.
 UECR_SETUP = {
+    "vllm_importance_sampling_correction": False,  # §5.1 names no sampler-ratio correction (verl-style recompute)
     "rollouts_per_generation_batch": 126 * 8,  # global prompt batch 126, G = 8
     "prompts_per_generation_batch": 126,
     "num_generations": 8,
@@ -399,6 +438,10 @@ def resolved(path: Path, *extra: str) -> dict:
         "dropout_delete": args.dropout_delete,
         "dropout_recenter": args.dropout_recenter,
         "dropout_surprisal_basis": args.dropout_surprisal_basis,
+        "dropout_zero_push_groups": args.dropout_zero_push_groups,
+        "dropout_restandardize": args.dropout_restandardize,
+        "filtered_updates": args.filtered_updates,
+        "vllm_importance_sampling_correction": args.vllm_importance_sampling_correction,
         "max_steps": args.max_steps,
         "scale_rewards": args.scale_rewards,
         "reward_funcs": list(task.reward_funcs),
@@ -415,6 +458,7 @@ def resolved(path: Path, *extra: str) -> dict:
         "dataset_path": data.get("path"),
         "dataset_config": data.get("config"),
         "dataset_expected_rows": data.get("expected_rows"),
+        "dataset_max_prompt_chars": data.get("max_prompt_chars"),
         "prompt_template": data.get("prompt_template"),
         "system_prompt": data.get("system_prompt"),
         "num_generations_eval": args.num_generations_eval,
@@ -429,7 +473,8 @@ def resolved(path: Path, *extra: str) -> dict:
                                           "snr_include_zero", "snr_value", "collapse_detection",
                                           "collapse_num_samples", "collapse_every", "collapse_turns", "think_prefill",
                                           "entropy_aggregation", "reward_variance_stop_steps",
-                                          "reward_variance_stop_ratio", "val_before_train")},
+                                          "reward_variance_stop_ratio", "val_before_train", "dr_grpo_token_sum",
+                                          "low_success_stop_steps", "low_success_stop_threshold")},
     }
 
 
@@ -560,6 +605,18 @@ def test_ragen_recipe_updates_and_empty_stop_follow_upstream(rel):
     assert args.filtered_updates == "proportional"
     assert args.empty_batch_stop_steps == 5
     assert resolved(ROOT / rel)["rollouts_per_optimizer_step"] == 32
+
+
+@pytest.mark.parametrize("rel", sorted(RAGEN_RECIPES))
+def test_ragen_low_success_stop_reads_upstreams_validation_schedule(rel):
+    """RAGEN validates every test_freq = 10 iterations (config/base.yaml:119) and stops after 5 validations in a row
+    with success < 0.01 (agent_trainer.py:1475-1499): the environment recipes evaluate every 10 x 4 optimizer steps, so
+    their stop counts the same validations; the single-turn ones have no validation set and keep it off."""
+    _, args, _ = parse_here(ROOT / rel)
+    if args.low_success_stop_steps:
+        assert str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "steps" and args.eval_steps == 40
+    else:
+        assert str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no"
 
 
 @pytest.mark.parametrize("rel", sorted(RAGEN_RECIPES))

@@ -150,6 +150,15 @@ SUITES = {
         "off_dr_grpo": (dict(loss_type="dr_grpo", rollout_filter="none"), 2),
         # GRPODropout after the filter: old-policy log-probs come from each rank's own forward, then are gathered
         "filter_grpodropout": (dict(loss_type="grpo", rollout_dropout="grpodropout"), 2),
+        # the authors' GRPODropout (configs/grpodropout): balance_neg, recomputed advantages, verl's mini-batch of 16
+        # rollouts divided by 16 whatever it holds (the compacted micro-batches are 8 rows on one process, 4 or fewer
+        # on two). One optimizer step per generation batch: with more, TRL's own shuffle deals rows to steps
+        # differently on 1 and 2 processes, so no trainer could match there. lr 1e-3: the recomputed advantages of
+        # 2-row groups are O(1), and at 1e-2 Adam amplified fp32 noise in near-zero gradients to ~1e-5.
+        "authors_grpodropout": (dict(loss_type="grpo", rollout_filter="none", rollout_dropout="grpodropout",
+                                     dropout_selector="balanced_push_neg", dropout_zero_push_groups="random_min_keep",
+                                     dropout_restandardize=True, advantage_eps=1e-6, filtered_updates="verl_minibatch",
+                                     gradient_accumulation_steps=2, learning_rate=1e-3), 2),
         "snr_collapse_empty_step": (SNR_COLLAPSE, 3),
         # batch compaction (the default) vs the masked formulation, incl. a rank that keeps no rollout
         "filter_dapo_masked": (dict(loss_type="dapo", compact_batch=False), 2),

@@ -16,7 +16,8 @@ import torch
 from launches import SCRIPT, one_process_reference, run_logged
 
 ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
-DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "snr_collapse_empty_step",
+DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "authors_grpodropout",
+                 "snr_collapse_empty_step",
                  "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked",
                  "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling", "uecr", "env_rollout",
                  # token-budget chunks; bnpo is left out: its normaliser counts each rank's own tokens, so 2
@@ -99,6 +100,14 @@ def test_two_processes_match_one(results, name):
     out = _check_against_reference(results, "world2", name)
     if name == "filter_grpodropout":
         assert any(h.get("dropout/groups_with_deletion", 0) > 0 for h in out["ref"]["log_history"]), "nothing deleted"
+    if name == "authors_grpodropout":  # rows deleted, and the verl mini-batch count is the same decision everywhere
+        logged = lambda rec, key: [h[key] for h in rec["log_history"] if key in h]  # noqa: E731
+        assert any(h.get("dropout/groups_with_deletion", 0) > 0 for h in out["ref"]["log_history"]), "nothing deleted"
+        steps = logged(out["ref"], "stages/optimizer_steps")
+        assert steps and steps == logged(out["ranks"][0], "stages/optimizer_steps") == logged(out["ranks"][1],
+                                                                                             "stages/optimizer_steps")
+        kept = logged(out["ref"], "stages/kept_rollouts")
+        assert any(k < 16 for k in kept), "no partial mini-batch: the fixed 1/16 normaliser was not exercised"
     if name == "snr_collapse_empty_step":
         _check_snr_collapse_empty_step(out)
     if name in ("clip_cov", "kl_cov"):

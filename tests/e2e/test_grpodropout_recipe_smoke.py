@@ -1,9 +1,10 @@
-"""The GRPODropout paper-default recipe (configs/grpodropout/qwen3-1.7b-dapo17k.yaml) through ``accelerate launch
-launch/train.py`` on CPU: the recipe file as a user runs it, only the scale overridden (the tiny Qwen3, one
-process, no vLLM, a 16-row local copy of the data in the Processed schema). Kept from the recipe: the data loader
-and its prompt (raw problem under the authors' system prompt, Qwen3 chat template with thinking on), the
-GRPODropout stage and its knobs, loss_type grpo, dual-clip delta 3, G = 8 and two optimizer steps per generation
-batch (scaled from 128 x 8 rollouts with 2 mini-batches to 2 x 8 rollouts with 2 micro-batches of 8)."""
+"""The GRPODropout recipe (configs/grpodropout/qwen3-1.7b-dapo17k.yaml, the authors' `balance` variant) through
+``accelerate launch launch/train.py`` on CPU: the recipe file as a user runs it, only the scale overridden (the tiny
+Qwen3, one process, no vLLM, a 16-row local copy of the data in the Processed schema). Kept from the recipe: the data
+loader and its prompt (raw problem under the authors' system prompt, Qwen3 chat template with thinking on), the
+GRPODropout stage and its knobs, loss_type grpo, dual-clip delta 3, G = 8 and up to two optimizer steps per
+generation batch (scaled from 128 x 8 rollouts with 2 mini-batches of 512 to 2 x 8 rollouts with 2 steps of 8:
+verl_minibatch takes ceil(kept / 8) of them)."""
 
 from __future__ import annotations
 
@@ -48,9 +49,11 @@ def test_grpodropout_paper_recipe_runs_through_train_py(tmp_path, tiny_model):
     assert (
         train["rollout_dropout"],
         train["dropout_selector"],
-        train["dropout_delete"],
+        train["dropout_zero_push_groups"],
+        train["dropout_restandardize"],
         train["dropout_recenter"],
-    ) == ("grpodropout", "paper", "positive", "prob_weighted")
+        train["filtered_updates"],
+    ) == ("grpodropout", "balanced_push", "random_min_keep", True, "prob_weighted", "verl_minibatch")
     assert train["num_generations"] == 8 and train["steps_per_generation"] == 2 * train["gradient_accumulation_steps"]
     assert train["chat_template_kwargs"] == {"enable_thinking": True} and task["dataset_name"] == "dapo_math_17k"
 
@@ -59,6 +62,10 @@ def test_grpodropout_paper_recipe_runs_through_train_py(tmp_path, tiny_model):
     assert [r["step"] for r in steps] == [1, 2]  # one generation batch, two optimizer steps
     assert all(math.isfinite(r["loss"]) for r in steps)
     assert any(k.startswith("dropout/") for k in steps[0])  # the GRPODropout stage ran on the generation batch
+    # verl's step structure: ceil(kept / 8) optimizer steps of this generation batch of 16 (the rest skipped)
+    kept = [r["stages/kept_rollouts"] for r in rows if "stages/kept_rollouts" in r]
+    taken = [r["stages/optimizer_steps"] for r in rows if "stages/optimizer_steps" in r]
+    assert len(kept) == len(taken) == 1 and taken[0] == math.ceil(kept[0] / 8)
 
     # the prompt the run trained on: the loader with the run's settings renders the authors' messages
     sys.path.insert(0, str(ROOT))

@@ -31,6 +31,8 @@ def _variants() -> list[dict]:
             for s in ("paper", "balanced_push") for r in ("prob_weighted", "mean") for d in ("positive", "both")
             if s == "paper" or d == "positive"]  # balanced_push keeps by its own rule: dropout_delete is refused there
     out += [dict(rollout_dropout="grpodropout", dropout_surprisal_basis="sum")]
+    out += [dict(rollout_dropout="grpodropout", dropout_selector=s, dropout_zero_push_groups="random_min_keep",
+                 dropout_restandardize=True) for s in ("balanced_push", "balanced_push_neg")]  # the authors' variants
     out += [dict(advantage="grpo", scale_rewards=s) for s in ("group", "batch", "none")]
     out += [dict(advantage="grpo", multi_objective_aggregation="normalize_then_sum")]
     out += [dict(advantage=a, **TEACHER) for a in ("puu", "uecr", "pg_opd", "distilled_rl", "atod")]

@@ -8,6 +8,7 @@ ZeRO-3 ranks); the report's checks to launches that must fail.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +240,47 @@ def test_preflight_prints_the_importance_sampling_correction(monkeypatch):
     demo = report("configs/demo/tiny-sokoban-vllm-server.yaml")
     assert lines(demo, "IS correction") == [("", "vllm_importance_sampling_correction true (mode sequence_mask, "
                                                  "clip None..3.0)")]
+
+
+@pytest.mark.parametrize("recipe, steps, loss, clip", [
+    # GRPODropout (the authors' verl): ceil(kept / 512) updates over 512, seq-mean-token-mean, dual-clip 3
+    ("configs/grpodropout/qwen3-4b-dapo17k.yaml",
+     "ceil(kept rollouts / 512) of at most 2 per generation batch, each divided by the full mini-batch's rollouts, "
+     "a partial one proportionally smaller (filtered_updates verl_minibatch)",
+     "loss_type grpo: per-sequence token mean, averaged over the step's sequences (verl seq-mean-token-mean)",
+     "ratio clipped to [1 - 0.2, 1 + 0.2]; dual-clip: the unclipped ratio capped at delta 3 (verl clip_ratio_c for "
+     "A < 0)"),
+    # RAGEN: ceil(kept / 32) updates, each a mean over its rollouts, Dr.GRPO's per-sequence token sum, dual-clip 3
+    ("configs/ragen/sokoban-drgrpo-nofilter.yaml",
+     "ceil(kept rollouts / 32) of at most 4 per generation batch, each the mean over its own rollouts "
+     "(filtered_updates proportional)",
+     "loss_type dr_grpo: per-sequence token sum, averaged over the step's sequences (verl seq-mean-token-sum)",
+     "ratio clipped to [1 - 0.2, 1 + 0.28]; dual-clip: the unclipped ratio capped at delta 3 (verl clip_ratio_c for "
+     "A < 0)"),
+    # UECR (the paper: one update per batch, token-mean [proposed], no dual-clip)
+    ("configs/uecr/qwen3-4b-deepmath-teacher-qwen3-8b.yaml",
+     "1 per generation batch whatever the stages keep (filtered_updates fixed)",
+     "loss_type dapo: token mean over the step's tokens on every process (verl token-mean)",
+     "ratio clipped to [1 - 0.2, 1 + 0.2]; no dual-clip (delta unset)"),
+])
+def test_preflight_prints_each_papers_step_structure(monkeypatch, recipe, steps, loss, clip):
+    """--dry-run on one recipe of each paper prints the optimizer steps per generation batch and their normaliser,
+    the loss aggregation and the clipping with its dual-clip bound (issue 34's truth-table values)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    rep = report(recipe, "--weight_sync", "disk")
+    assert lines(rep, "optimizer steps") == [("", steps)]
+    assert lines(rep, "loss") == [("", loss)]
+    assert lines(rep, "clipping") == [("", clip)]
+    assert lines(rep, "IS correction") == [("", "vllm_importance_sampling_correction false")]
+
+
+def test_preflight_counts_every_kept_checkpoint(monkeypatch):
+    """A recipe that keeps every checkpoint (UECR's F.4 audit run) gets its total on disk, not "unbounded": 515 steps
+    saved every 30 = 17 saves + the last step's = 18 checkpoints of ~14 B/param (bf16 weights, fp32 Adam + masters)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    rep = report("configs/uecr/baselines/qwen3-1.7b-base-atod.yaml", "--weight_sync", "disk")
+    (status, text), = lines(rep, "disk")
+    assert "all 18 checkpoints kept" in text
+    one = float(re.search(r"x ~([\d.]+) GB", text).group(1))
+    total = float(re.search(r"= ([\d.]+) GB", text).group(1))
+    assert total == pytest.approx(18 * one, rel=1e-2) and 400 < total < 470  # 1.72 B params x 14 B x 18

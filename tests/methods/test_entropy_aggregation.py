@@ -1,6 +1,6 @@
 """The entropy bonus aggregated with the policy loss's mode (issue 20 item 7): RAGEN's actor computes
 ``agg_loss(entropy, response_mask, loss_agg_mode)`` (mll-lab-nu/RAGEN@20daedc ragen/workers/actor/dp_actor.py:
-452-456), verl's agg_loss being: token-mean = Σ H·m / Σ m; seq-mean-token-mean = mean over rows of (Σ_t H·m / Σ_t m);
+442-446), verl's agg_loss being: token-mean = Σ H·m / Σ m; seq-mean-token-mean = mean over rows of (Σ_t H·m / Σ_t m);
 seq-mean-token-sum = mean over rows of Σ_t H·m. The expected bonus is written from those formulas on entropies
 recomputed here from the model's logits (softmax entropy, at the sampling temperature)."""
 

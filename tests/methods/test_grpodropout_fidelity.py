@@ -1,21 +1,36 @@
-"""The GRPODropout recipes' loss against the authors' verl (hexuandeng/GRPODropout@4ad3b3b), and config guards.
+"""The GRPODropout and RAGEN recipes' loss against their authors' verl, and config guards.
 
 - Dual-clip: TRL's ``delta`` (cap on the unclipped ratio, both advantage signs) gives the loss and gradient of
-  verl's vanilla dual-clip PPO at ``clip_ratio_c`` (verl/trainer/ppo/core_algos.py compute_policy_loss, which the
-  fork's dp_actor.py calls with actor.yaml's clip_ratio_c 3.0), with the aggregation the fork's actor runs:
-  token-mean over one-sequence micro-batches, each divided by the accumulation count = TRL's ``loss_type: grpo``.
-  The reference below is transcribed from verl, not from TRL; the batch is off-policy with ratios far beyond 3
-  in both directions and both advantage signs, so every branch of the dual clip is exercised.
+  verl's vanilla dual-clip PPO at ``clip_ratio_c`` (verl/trainer/ppo/core_algos.py compute_policy_loss), with the
+  aggregation both forks' actors run: token-mean over one-sequence micro-batches, each divided by the accumulation
+  count = TRL's ``loss_type: grpo``. The GRPODropout fork (hexuandeng/GRPODropout@4ad3b3b) calls it with actor.yaml's
+  clip_ratio_c 3.0 (10 in its DAPO row); RAGEN (mll-lab-nu/RAGEN@20daedc ragen/workers/actor/dp_actor.py:420, 430-440)
+  with ``self.config.get("clip_ratio_c", 3.0)``, its verl submodule's actor.yaml:69 value 3.0, and clip 0.2/0.28
+  (config/base.yaml:38-39). Each case takes the loss settings from a recipe file and the reference's from upstream.
+  The reference below is transcribed from verl, not from TRL; the batch is off-policy with ratios far beyond the
+  bound in both directions and both advantage signs, so every branch of the dual clip is exercised.
 - ``dropout_selector: balanced_push`` refuses a ``dropout_delete`` it would ignore.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 from harness import grads_of, one_step_loss_and_grads, trl_trainer
 
 from trainer.config.core import ConfigError, WinnowConfig
+from trainer.config.recipe import parse_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+# recipe -> upstream (clip_ratio_low, clip_ratio_high, clip_ratio_c), the reference's values
+UPSTREAM_CLIPS = {
+    "configs/grpo/qwen3-4b-dapo17k.yaml": (0.2, 0.2, 3.0),  # GRPODropout's GRPO baseline (App. B.1)
+    "configs/grpodropout/table1/qwen3-4b-dapo.yaml": (0.2, 0.28, 10.0),  # its DAPO row
+    "configs/ragen/sokoban-grpo-nofilter.yaml": (0.2, 0.28, 3.0),  # RAGEN main table (GRPO: seq-mean-token-mean)
+    "configs/ragen/countdown-dapo-topp0.9.yaml": (0.2, 0.28, 3.0),  # RAGEN main table (DAPO: token-mean)
+}
 
 
 def verl_dual_clip_token_loss(logp, old_logp, A, eps_low, eps_high, clip_ratio_c):
@@ -36,11 +51,13 @@ def verl_one_sequence_micro_batches(token_loss, mask):
     return sum(r / len(rows) for r in rows)
 
 
-@pytest.mark.parametrize("delta", [3.0, 10.0])  # the GRPO rows' clip_ratio_c and DAPO's
-def test_trl_delta_is_verls_dual_clip(tiny_model, tmp_path, delta):
-    eps_low, eps_high = 0.2, 0.28
-    trainer = trl_trainer(tiny_model, str(tmp_path / "trl"), loss_type="grpo", delta=delta, epsilon=eps_low,
-                          epsilon_high=eps_high, beta=0.0)
+@pytest.mark.parametrize("recipe", sorted(UPSTREAM_CLIPS))
+def test_trl_delta_is_verls_dual_clip(tiny_model, tmp_path, recipe):
+    eps_low, eps_high, delta = UPSTREAM_CLIPS[recipe]
+    _, args, _ = parse_recipe(["--config", str(ROOT / recipe), "--bf16", "false", "--use_cpu", "true"])
+    assert args.loss_type == "grpo" and args.beta == 0.0  # the aggregation the reference below runs
+    trainer = trl_trainer(tiny_model, str(tmp_path / "trl"), loss_type=args.loss_type, delta=args.delta,
+                          epsilon=args.epsilon, epsilon_high=args.epsilon_high, beta=0.0)
     inputs, _, _ = one_step_loss_and_grads(trainer)
     prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
     mask = (inputs["completion_mask"] * inputs["tool_mask"]).float()  # verl's response_mask: sampled tokens only
@@ -57,9 +74,10 @@ def test_trl_delta_is_verls_dual_clip(tiny_model, tmp_path, delta):
     A[0], A[1] = 1.5, -1.5
     ratio = torch.exp(log_ratio)
     valid = mask.bool()
-    assert ((ratio > delta) & (A < 0).unsqueeze(1) & valid).any() and (
-        (ratio > delta) & (A > 0).unsqueeze(1) & valid
-    ).any()
+    for sign in (A < 0, A > 0):  # ratios on both sides of the bound, for both advantage signs
+        rows = sign.unsqueeze(1) & valid
+        assert (rows & (ratio > delta)).any() and (rows & (ratio > 1 + eps_high) & (ratio < delta)).any()
+        assert (rows & (ratio < 1 - eps_low)).any()
 
     run = {**inputs, "old_per_token_logps": old, "advantages": A}
     trainer.model.train()

@@ -4,7 +4,10 @@ removes the extra old-policy forward."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from grpodropout_oracle import released_balance_neg, released_grpo
 from harness import (
     BASE_ARGS,
     deterministic_rollout_func,
@@ -91,3 +94,54 @@ def test_sampler_logps_skip_the_old_policy_forward(tiny_model, tmp_path, source,
     tr._prepare_inputs(batch)  # generation + scoring + pipeline, no loss
     assert len(calls) == forwards
     assert tr._metrics["train"]["dropout/kept_ratio"], "the stage ran"
+
+
+def test_authors_balance_neg_with_recomputed_advantages(tiny_model, tmp_path):
+    """The released `balance_neg` variant as train.sh runs it (hexuandeng/GRPODropout@4ad3b3b: SELECT_METHOD
+    balanced_push_zero_add_negpush_negadv, RECOMPUTE_ADV_AFTER_SELECT True, ADV_P_CENTER_MODE weighted_center): the
+    trained advantages are, per group, verl's GRPO advantage recomputed over the kept rows, minus its softmax(log p)-
+    weighted mean over them -- recomputed here with the plain-Python restatements of the released rules."""
+    tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout",
+               dropout_selector="balanced_push_neg", dropout_zero_push_groups="random_min_keep",
+               dropout_restandardize=True, advantage_eps=1e-6)
+    seen = spy_batches(tr)
+    inputs, _, _ = one_step_loss_and_grads(tr)
+    batch = seen[-1]
+    A, _ = grpo_advantages(batch.R, batch.G, eps=1e-6)
+    s = sequence_surprisal(batch.old_logps, batch.mask).double()
+    want, dropped = [], 0
+    for g in range(batch.P):
+        rows = range(g * batch.G, (g + 1) * batch.G)
+        kept = released_balance_neg([float(A[r]) for r in rows], [float(s[r]) for r in rows])
+        assert kept is not None, "this batch has no all-zero group"
+        dropped += batch.G - len(kept)
+        a = released_grpo([float(batch.R[rows[k]]) for k in kept], eps=1e-6)
+        w = [math.exp(-float(s[rows[k]])) for k in kept]
+        baseline = sum(wi * ai for wi, ai in zip(w, a)) / sum(w)
+        want += [(ai - baseline, rows[k]) for ai, k in zip(a, kept)]
+    assert dropped > 0, "this batch must exercise a deletion"
+    pad = tr.processing_class.pad_token_id
+    ids_key = lambda ids: ids.masked_fill(ids == pad, 0).sum(1).tolist()  # noqa: E731  (padding-width free)
+    trained = inputs["tool_mask"].bool().any(dim=1)
+    got = sorted(zip(inputs["advantages"][trained].tolist(), ids_key(inputs["completion_ids"][trained])))
+    keys = ids_key(batch.completion_ids)
+    want = sorted((a, keys[r]) for a, r in want)
+    assert len(got) == len(want)
+    assert all(g[1] == w[1] and abs(g[0] - w[0]) <= 1e-5 * max(1.0, abs(w[0])) for g, w in zip(got, want))
+    assert tr._metrics["train"]["dropout/restandardized"] == [1.0]
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (dict(dropout_selector="paper", dropout_zero_push_groups="random_min_keep"), "dropout_zero_push_groups"),
+    (dict(dropout_selector="balanced_push", dropout_zero_push_groups="some"), "dropout_zero_push_groups"),
+    (dict(dropout_selector="balanced_push_neg", dropout_delete="both"), "dropout_delete"),
+    (dict(dropout_restandardize=True, scale_rewards="batch"), "dropout_restandardize"),
+    (dict(dropout_restandardize=True, multi_objective_aggregation="normalize_then_sum"), "dropout_restandardize"),
+])
+def test_authors_options_refuse_what_they_cannot_mean(tmp_path, overrides, field):
+    """The released rules' options name the field and the fix when combined with something they do not apply to."""
+    from trainer import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "rollout_dropout": "grpodropout", **overrides})
+    assert err.value.field_name == field and "Fix:" in str(err.value)

@@ -24,11 +24,13 @@ from harness import (
     kept_rows_only,
     loss_and_grads,
     max_abs_diff,
+    near_policy_rollout_func,
     prompt_dataset,
     reward_length,
     reward_parity_flat_at,
     reward_token_parity,
     trl_trainer,
+    use_vllm_importance_sampling,
 )
 
 from trainer import ConfigError, StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage
@@ -140,7 +142,7 @@ def test_fixed_one_kept_rollout_per_step_each_trl_loss(tiny_model, tmp_path, com
         ref_loss, ref_grads = loss_and_grads(ref, sliced)
         assert abs(float(loss - ref_loss)) <= 1e-6 * max(1.0, abs(float(ref_loss)))
         assert max_abs_diff(grads, ref_grads) <= 1e-6 * max(float(g.abs().max()) for g in ref_grads.values())
-    assert tr._metrics["train"]["stages/updates_per_generation"] == [4.0]
+    assert tr._metrics["train"]["stages/optimizer_steps"] == [4.0]
 
 
 @pytest.mark.parametrize("keep, compact, empty_per_generation",
@@ -158,7 +160,7 @@ def test_fixed_never_stops_a_run_that_keeps_rollouts(tiny_model, tmp_path, keep,
     assert len(empty) == 8
     assert [sum(empty[:4]), sum(empty[4:])] == [empty_per_generation] * 2
     updates = [
-        h["stages/updates_per_generation"] for h in tr.state.log_history if "stages/updates_per_generation" in h
+        h["stages/optimizer_steps"] for h in tr.state.log_history if "stages/optimizer_steps" in h
     ]
     assert updates == [4.0 - empty_per_generation] * 2
     assert not any("winnow_stop_reason" in h for h in tr.state.log_history)
@@ -192,7 +194,7 @@ def test_proportional_update_is_trl_loss_on_its_rows(tiny_model, tmp_path, loss_
                steps_per_generation=8, filtered_updates="proportional", compact_batch=compact, beta=0.04)
     ref = trl_trainer(tiny_model, str(tmp_path / "ref"), per_device_train_batch_size=4, loss_type=loss_type, beta=0.04)
     batches = micro_batches(tr)
-    assert tr._metrics["train"]["stages/updates_per_generation"] == [2.0]
+    assert tr._metrics["train"]["stages/optimizer_steps"] == [2.0]
     for step, rows in enumerate([4, 2, 0, 0]):
         pair = batches[2 * step: 2 * step + 2]
         assert sum(int(kept_rows_only(b)[1].sum()) for b in pair) == rows
@@ -206,9 +208,56 @@ def test_proportional_update_is_trl_loss_on_its_rows(tiny_model, tmp_path, loss_
         assert max_abs_diff(grad, ref_grads) <= 1e-5 * max(float(g.abs().max()) for g in ref_grads.values())
 
 
+@pytest.mark.parametrize("compact, is_correction", [(True, False), (False, False), (True, True)])
+def test_verl_minibatch_update_is_its_rows_over_the_full_minibatch(tiny_model, tmp_path, compact, is_correction):
+    """verl's dp_actor (hexuandeng/GRPODropout@4ad3b3b:verl/verl/workers/actor/dp_actor.py update_policy: the kept rows
+    split into mini-batches of M, each micro-batch loss divided by the fixed accumulation count): S=8, A=2 -> steps of
+    M=4 rollouts; 6 kept -> ceil(6/4)=2 updates, the first of 4 rollouts, the second of 2. Every update's loss and
+    gradient are TRL's GRPOTrainer's on exactly its rollouts times rows/M: the partial update is half as large (the
+    proportional mode would make it a full mean). The last two steps hold none and run no forward. With TRL's vLLM
+    importance-sampling correction on (a user's choice; vLLM-like sampler log-probs), each re-dealt row carries its
+    own ratio: the same equality holds against TRL's corrected loss."""
+    KEEP_ROWS[:] = [0, 3, 4, 9, 10, 15]
+    M = 4
+    tr = build(tmp_path, tiny_model, f"verl-{compact}", rollout_dropout="test_dealing_keep_rows", loss_type="grpo",
+               per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=8,
+               filtered_updates="verl_minibatch", compact_batch=compact, beta=0.04)
+    ref = trl_trainer(tiny_model, str(tmp_path / "ref"), per_device_train_batch_size=4, loss_type="grpo", beta=0.04)
+    outputs = []
+    if is_correction:
+        tr.rollout_func = near_policy_rollout_func
+        use_vllm_importance_sampling(tr)
+        use_vllm_importance_sampling(ref)
+        build_batch = tr._build_rollout_batch  # TRL's batch dict as generated, before any row moves
+        tr._build_rollout_batch = lambda output, *rest: outputs.append(dict(output)) or build_batch(output, *rest)
+    batches = micro_batches(tr)
+    assert tr._metrics["train"]["stages/optimizer_steps"] == [2.0]
+    if is_correction:  # every kept row carries the ratio TRL computed for it, wherever it was dealt
+        ratios = {tuple(ids[m > 0].tolist()): r[m > 0] for ids, m, r in zip(
+            outputs[0]["completion_ids"], outputs[0]["completion_mask"], outputs[0]["importance_sampling_ratio"])}
+        moved = [(ids, m, r) for b in batches for ids, m, r, keep in zip(
+            b["completion_ids"], b["completion_mask"], b["importance_sampling_ratio"], b["tool_mask"].bool().any(1))
+            if keep]
+        assert len(moved) == 6 and len({float(r[m > 0].sum()) for _, m, r in moved}) == 6  # six different ratios
+        for ids, m, r in moved:
+            assert torch.equal(r[m > 0], ratios[tuple(ids[m > 0].tolist())])
+    for step, rows in enumerate([4, 2, 0, 0]):
+        pair = batches[2 * step: 2 * step + 2]
+        assert sum(int(kept_rows_only(b)[1].sum()) for b in pair) == rows
+        if rows == 0:
+            assert all("winnow_all_dropped" in b for b in pair)
+            continue
+        losses, grads = zip(*(loss_and_grads(tr, b) for b in pair))
+        loss, grad = sum(losses), {k: grads[0][k] + grads[1][k] for k in grads[0]}
+        ref_loss, ref_grads = loss_and_grads(ref, _concat_kept(pair))
+        ref_loss, ref_grads = ref_loss * rows / M, {k: g * rows / M for k, g in ref_grads.items()}
+        assert abs(float(loss - ref_loss)) <= 1e-6 * max(1.0, abs(float(ref_loss)))
+        assert max_abs_diff(grad, ref_grads) <= 1e-5 * max(float(g.abs().max()) for g in ref_grads.values())
+
+
 @pytest.mark.parametrize("S, A, mu", [(3, 2, 2), (4, 2, 1), (2, 1, 2)])
-def test_updates_per_generation_counts_the_optimizer_steps_taken(tiny_model, tmp_path, S, A, mu):
-    """stages/updates_per_generation equals the optimizer steps the real trainer took between two generations
+def test_optimizer_steps_metric_counts_the_optimizer_steps_taken(tiny_model, tmp_path, S, A, mu):
+    """stages/optimizer_steps equals the optimizer steps the real trainer took between two generations
     (counted by a callback's on_step_end against TRL's generation calls). With S=3, A=2 and 2 passes the six
     micro-steps make 3 optimizer steps, the middle one spanning both passes (it was counted once per pass: 4)."""
     from transformers import TrainerCallback
@@ -235,7 +284,7 @@ def test_updates_per_generation_counts_the_optimizer_steps_taken(tiny_model, tmp
     assert [h["stages/empty_step"] for h in history if "stages/empty_step" in h] == [0.0] * tr.state.global_step
     taken = [float(step_of_generation.count(g)) for g in range(len(generations))]
     assert len(generations) == 2 and sum(taken) == tr.state.global_step
-    logged = [h["stages/updates_per_generation"] for h in history if "stages/updates_per_generation" in h]
+    logged = [h["stages/optimizer_steps"] for h in history if "stages/optimizer_steps" in h]
     assert logged == taken == [S * mu / A] * 2
 
 
@@ -258,7 +307,7 @@ def test_proportional_updates_filtered_vs_unfiltered(tiny_model, tmp_path):
         tr.train()
         history = tr.state.log_history
         kept = [h["snr/kept_groups"] for h in history if "snr/kept_groups" in h]
-        updates = [h["stages/updates_per_generation"] for h in history if "stages/updates_per_generation" in h]
+        updates = [h["stages/optimizer_steps"] for h in history if "stages/optimizer_steps" in h]
         empty = [h["stages/empty_step"] for h in history if "stages/empty_step" in h]
         assert len(kept) == len(updates) == 3 and len(empty) == 12
         assert updates == [math.ceil(k * G / M) for k in kept]
@@ -270,7 +319,10 @@ def test_proportional_updates_filtered_vs_unfiltered(tiny_model, tmp_path):
 
 @pytest.mark.parametrize("overrides", [dict(filtered_updates="some"),
                                        dict(filtered_updates="proportional", steps_per_generation=3,
-                                            gradient_accumulation_steps=2)])
+                                            gradient_accumulation_steps=2),
+                                       dict(filtered_updates="verl_minibatch", steps_per_generation=3,
+                                            gradient_accumulation_steps=2),
+                                       dict(filtered_updates="verl_minibatch", loss_type="dapo")])
 def test_filtered_updates_config_errors_name_the_field(overrides):
     with pytest.raises(ConfigError) as err:
         WinnowConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, report_to="none", rollout_filter="snr",

@@ -243,3 +243,30 @@ def test_plan_chunks_first_fit_decreasing():
 def test_bad_budget_settings_name_the_field(tmp_path, overrides):
     with pytest.raises(ConfigError, match="micro_batch_tokens"):
         WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, **overrides})
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
+def test_chunked_with_vllm_importance_sampling_correction(pair, loss_type, level):
+    """TRL's vLLM importance-sampling correction on (a user's choice): every row's ratio -- per token (B, T) or per
+    sequence (B, 1), TRL's two shapes -- multiplies its own per-token loss in whichever chunk the row lands, so the
+    chunked loss, gradient and merged metrics are TRL's unchunked ones."""
+    trl, win, inputs = pair
+    g = torch.Generator().manual_seed(3)
+    B, T = inputs["completion_ids"].shape
+    ratio = 0.5 + torch.rand((B, T) if level == "token" else (B, 1), generator=g)  # far from 1, one per row/token
+    inputs = {**inputs, "importance_sampling_ratio": ratio}
+    for t in (trl, win):
+        t.use_vllm, t.vllm_importance_sampling_correction = True, True
+    try:
+        (ref_loss, ref_grads, ref_m), (loss, grads, m) = _run(trl, win, inputs, loss_type)
+    finally:
+        for t in (trl, win):
+            t.use_vllm, t.vllm_importance_sampling_correction = False, False
+    uncorrected = _loss_grads_metrics(trl, inputs)[0]  # the same batch with the correction off
+    assert abs(float(uncorrected - ref_loss)) > 1e-3 * abs(float(ref_loss))  # the ratios really weigh the loss
+    assert m["tokens/loss_chunks"] >= 3
+    assert _close(float(loss), float(ref_loss)) and _rel(ref_grads, grads) <= 1e-5
+    for key in METRICS:
+        if key in ref_m:
+            assert _close(m[key], ref_m[key]), (key, m[key], ref_m[key])

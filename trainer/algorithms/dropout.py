@@ -23,6 +23,7 @@ the inputs therefore keeps everything, and an exactly zero group (all A = 0 or a
 from __future__ import annotations
 
 import math
+import random
 
 import torch
 
@@ -164,12 +165,44 @@ def select_rollouts(
     return restore_removed(advantages, keep, delete)
 
 
+def min_keep_count(G: int) -> int:
+    """The released selector's floor on the rollouts a group keeps, ``min_select_count = max(1, G // 4)``
+    (hexuandeng/GRPODropout@4ad3b3b:verl/examples/grpo_dropout/selector_methods.py, select_balanced_push_zero)."""
+    return max(1, G // 4)
+
+
+def all_zero_push_groups(
+    advantages: torch.Tensor, surprisal: torch.Tensor, eps: float = 1e-12, valid: torch.Tensor | None = None
+) -> torch.Tensor:
+    """(P,) bool: groups whose every valid push ``A_g (s_g - s_bar)`` is within ``eps`` of 0 (every group whose
+    rewards are all equal, since GRPO gives it A = 0) -- the released selector's degenerate case."""
+    A, s = _as64(advantages, surprisal)
+    v = _valid(valid, A)
+    push = torch.where(v, A * (s - surprisal_mean(s, v)), 0.0)
+    return (push.abs() <= eps).all(dim=1)
+
+
+def seeded_subset(candidates: torch.Tensor, count: int, keys: list[str]) -> torch.Tensor:
+    """Per group, ``count`` of its ``candidates`` ((P, G) bool) drawn without replacement by ``random.Random(key)``.
+
+    The released selector keeps such a random subset of an all-zero-push group, seeded by a fresh uuid per step
+    (so no run repeats it); here each group's key is built by the caller from the run seed and the group's own
+    tokens, so the draw is the same on every process, after a resume and in a rerun. Returns (P, G) bool."""
+    out = torch.zeros_like(candidates, dtype=torch.bool)
+    for p, key in enumerate(keys):
+        pool = candidates[p].nonzero().squeeze(1).tolist()
+        for g in random.Random(key).sample(pool, min(count, len(pool))):
+            out[p, g] = True
+    return out
+
+
 def balanced_push_select(
     advantages: torch.Tensor,
     surprisal: torch.Tensor,
     eps: float = 1e-12,
     min_keep: int | None = None,
     valid: torch.Tensor | None = None,
+    all_zero_keep: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The released code's selector (``balanced_push_zero``), deterministic and without its fallbacks' flaws.
 
@@ -182,10 +215,11 @@ def balanced_push_select(
     reference never adds more negatives there).
 
     Groups whose pushes are all zero (every all-zero-advantage group, and groups with equal s) keep
-    **all** G rollouts, where the reference keeps a random max(1, G // 4): this is the paper's rule
-    (sum h = 0 >= 0), it is deterministic, zero-advantage rows give no gradient anyway, and a fixed
-    subset (e.g. the first m rows) would only change the loss normaliser by the arbitrary row order
-    -- or, when A != 0 with equal s, discard real gradient signal.
+    **all** G rollouts by default: this is the paper's rule (sum h = 0 >= 0), and when A != 0 with equal s a
+    subset would discard real gradient signal. The reference keeps a random max(1, G // 4) instead; pass that
+    draw as ``all_zero_keep`` ((P, G) bool, e.g. :func:`seeded_subset` of the zero pushes) to reproduce it: its
+    rows are what such a group keeps (with a row-count normaliser or verl's mini-batch count, the number of
+    zero-advantage rows kept changes the step, so the authors' structure needs their count).
 
     Rollouts that are not ``valid`` are in no class (never counted towards m, never backfill) and always kept;
     s_bar is over the valid ones.
@@ -196,7 +230,7 @@ def balanced_push_select(
     A, s = _as64(advantages, surprisal)
     v = _valid(valid, A)
     G = A.shape[1]
-    m = min(G, max(1, G // 4) if min_keep is None else int(min_keep))
+    m = min(G, min_keep_count(G) if min_keep is None else int(min_keep))
     push = torch.where(v, A * (s - surprisal_mean(s, v)), 0.0)
     pos, neg = push > eps, push < -eps
     zero = ~(pos | neg) & v
@@ -214,8 +248,50 @@ def balanced_push_select(
     need = (m - keep.sum(dim=1, keepdim=True)).clamp(min=0)
     no_pos = ~pos.any(dim=1, keepdim=True)  # single sign, negatives only: none of them kept yet
     keep |= neg & no_pos & (rank < need)
-    keep |= (zero | ~v).all(dim=1, keepdim=True)
+    degenerate = (zero | ~v).all(dim=1, keepdim=True)
+    if all_zero_keep is None:
+        keep |= degenerate
+    else:
+        keep = torch.where(degenerate, all_zero_keep.bool() & v, keep)
     return keep | ~v
+
+
+def restore_negative_push_negative_advantage(
+    advantages: torch.Tensor, surprisal: torch.Tensor, keep: torch.Tensor, eps: float = 1e-12,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The released ``balance_neg`` variant's restoration on top of :func:`balanced_push_select`: every removed
+    rollout with a negative push (< -eps) and a negative advantage (A < -eps) comes back, so a wrong answer is never
+    dropped (hexuandeng/GRPODropout@4ad3b3b:verl/examples/grpo_dropout/selector_methods.py,
+    select_balanced_push_zero_add_negpush_negadv). ``A`` is the advantage before selection. Returns (P, G) bool."""
+    A, s = _as64(advantages, surprisal)
+    v = _valid(valid, A)
+    push = torch.where(v, A * (s - surprisal_mean(s, v)), 0.0)
+    return keep.bool() | ((push < -eps) & (A < -eps) & v)
+
+
+def restandardize(
+    rewards: torch.Tensor, keep: torch.Tensor, scale: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO advantages recomputed over each group's kept rollouts only (the authors' ``RECOMPUTE_ADV_AFTER_SELECT``:
+    verl's ``compute_advantage`` run again on the selected rows, hexuandeng/GRPODropout@4ad3b3b:verl/verl/trainer/
+    ppo/ray_trainer.py ``fit``, after ``batch.select_idxs(selected_indices)``).
+
+    verl's ``compute_grpo_outcome_advantage``: per group, ``A = (R - mean) / (std + eps)`` over its kept rows with the
+    unbiased std (``scale``; without it ``A = R - mean``), and a group with one kept row has mean 0 and std 1. NaN
+    rewards (unscored) are left out of the statistics and get A = 0. ``rewards`` and ``keep`` are (P, G); returns
+    (P, G) float64 with 0 outside ``keep``."""
+    R = rewards.to(torch.float64)
+    live = keep.bool() & ~torch.isnan(R)
+    n = live.sum(dim=1, keepdim=True)
+    Rz = torch.where(live, R, 0.0)
+    mean = Rz.sum(dim=1, keepdim=True) / n.clamp(min=1)
+    var = torch.where(live, (R - mean) ** 2, 0.0).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)
+    single = n == 1
+    mean = torch.where(single, 0.0, mean)
+    std = torch.where(single, 1.0, var.sqrt())
+    A = (R - mean) / (std + eps) if scale else R - mean
+    return torch.where(live, A, 0.0)
 
 
 def _kept_weights(s: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:  # keep: the rows that carry weight

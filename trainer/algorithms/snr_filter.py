@@ -142,11 +142,11 @@ def _check_selection_args(strategy: str, value: float, top_p_mode: str, keep: st
     if not ok:
         raise ValueError(f"value must be a finite number > 0 and eps finite, got value={value!r}, eps={eps!r}")
     if strategy == "top_p" and top_p_mode == "linear" and keep == "smallest":
-        # The released code sorts ascending and still stops at the first score <= 0, so for
-        # non-negative scores it stops at once (or keeps the zero-signal groups it meant to avoid).
+        # The released code sorts ascending and still stops at the first score <= 0: with include_zero a
+        # zero-score group stops it at once (nothing kept); without, the rule is defined but not built here.
         # Rejected for every value (even value >= 1, where it would keep all) as a config error.
         raise ValueError(
-            "keep='smallest' is undefined for linear top_p; use top_k, top_k_abs, min_p or "
+            "keep='smallest' with linear top_p is not implemented; use top_k, top_k_abs, min_p or "
             "top_p_mode='softmax'"
         )
 

@@ -19,7 +19,7 @@ from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
 from trainer.config.teacher import TeacherFields, validate_teacher_fields
 from trainer.pipeline import stages
-from trainer.pipeline.step_dealing import FILTERED_UPDATES
+from trainer.pipeline.step_dealing import FILTERED_UPDATES, VERL_MINIBATCH, WHOLE_STEPS
 
 OLD_LOGPS_SOURCES = ("policy", "sampler")
 ON_LIMIT = ("partial", "error")
@@ -170,8 +170,26 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default="paper",
         metadata={
             "help": "GRPODropout selection rule: 'paper' (greedy max-cardinality solution of eq. 4, then the "
-            "restoration of dropout_delete) or 'balanced_push' (the released code's selector, without its random "
-            "subsets and row duplication)."
+            "restoration of dropout_delete), 'balanced_push' (the released code's main selector, variant `balance`: "
+            "keep every positive push, add negative pushes while the kept sum stays > 1e-12, keep at least max(1, "
+            "G // 4)) or 'balanced_push_neg' (variant `balance_neg`: balanced_push, then every dropped rollout with a "
+            "negative push and a negative advantage comes back)."
+        },
+    )
+    dropout_zero_push_groups: str = field(
+        default="keep_all",
+        metadata={
+            "help": "What a balanced selector keeps of a group whose pushes are all zero (equal rewards): 'keep_all' "
+            "(the paper's rule, sum h = 0 >= 0) or 'random_min_keep' (the released code: a random max(1, G // 4) "
+            "of them, drawn reproducibly from the seed and the group's tokens)."
+        },
+    )
+    dropout_restandardize: bool = field(
+        default=False,
+        metadata={
+            "help": "Recompute the GRPO advantages over each group's kept rollouts before recentering (the released "
+            "code's RECOMPUTE_ADV_AFTER_SELECT=True: verl's per-group mean and unbiased std + advantage_eps on the "
+            "kept rows; a group with one kept row gets A = R). Only when a rollout was dropped. advantage: grpo only."
         },
     )
     dropout_delete: str = field(
@@ -234,8 +252,8 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     snr_keep: str = field(
         default="largest",
         metadata={
-            "help": "Keep the 'largest' scores (the method) or the 'smallest' (the paper's ablation; undefined for "
-            "linear top_p)."
+            "help": "Keep the 'largest' scores (the method) or the 'smallest' (the paper's ablation; not implemented "
+            "for linear top_p, docs/ragen.md)."
         },
     )
     snr_include_zero: bool = field(
@@ -282,8 +300,11 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "over them (a step is empty only if fewer rollouts than steps were kept). 'proportional' (RAGEN's "
             "agent_trainer.py adjust_batch): the kept rollouts fill whole steps of per_device_train_batch_size x "
             "gradient_accumulation_steps x processes rollouts, ceil(kept / that) updates, each the mean over its "
-            "own rollouts (no duplicated rows); the remaining steps are skipped and do not count as empty. Logged "
-            "as stages/updates_per_generation (trainer/pipeline/step_dealing.py)."
+            "own rollouts (no duplicated rows); the remaining steps are skipped and do not count as empty. "
+            "'verl_minibatch' (verl's dp_actor update_policy, as the GRPODropout authors ran it): the same "
+            "ceil(kept / that) updates, but each divided by the full mini-batch's rollouts, so a partial last "
+            "update takes a proportionally smaller step (row-normalised loss types grpo / sapo / dr_grpo / luspo "
+            "only). Logged as stages/optimizer_steps (trainer/pipeline/step_dealing.py)."
         },
     )
 
@@ -348,6 +369,16 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "trainer/pipeline/entropy_bonus.py). Used only by loss_variant none with a static entropy_coef."
         },
     )
+    dr_grpo_token_sum: bool = field(
+        default=False,
+        metadata={
+            "help": "loss_type dr_grpo only: aggregate as verl's 'seq-mean-token-sum' (RAGEN's Dr. GRPO): the mean "
+            "over sequences of each sequence's summed token losses. TRL's dr_grpo divides that by "
+            "max_completion_length, a constant that still changes the update through max_grad_norm and Adam's eps; "
+            "true multiplies the policy and KL terms (and, with entropy_aggregation 'loss_type', the entropy bonus) "
+            "by max_completion_length. Needs loss_variant none."
+        },
+    )
     reward_variance_stop_steps: int = field(
         default=0,
         metadata={
@@ -359,6 +390,20 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     reward_variance_stop_ratio: float = field(
         default=0.1,
         metadata={"help": "Fraction of the baseline below which a batch counts as collapsed (RAGEN: 0.1)."},
+    )
+    low_success_stop_steps: int = field(
+        default=0,
+        metadata={
+            "help": "RAGEN's low-validation-success early stop (agent_trainer.py:1482-1499): training stops once this "
+            "many evaluations in a row log eval env/success_rate below low_success_stop_threshold (the evaluation "
+            "before training and one right after an empty generation batch do not count; the stop saves a "
+            "checkpoint). Environment tasks only; without evaluations (eval_strategy 'no') it never runs, as "
+            "upstream's check sits in its validation branch. RAGEN: 5. 0 = off."
+        },
+    )
+    low_success_stop_threshold: float = field(
+        default=0.01,
+        metadata={"help": "Validation success rate below which an evaluation counts as failed (RAGEN: 0.01)."},
     )
     val_before_train: bool = field(
         default=False,
@@ -451,15 +496,25 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     __repr__ = __str__
 
     def _validate_filtered_updates(self) -> None:
-        """'proportional' fills whole optimizer steps, so no step may span two generation batches (TRL has
-        resolved steps_per_generation by now)."""
-        if self.filtered_updates == "proportional" and self.steps_per_generation % self.gradient_accumulation_steps:
+        """'proportional' and 'verl_minibatch' fill whole optimizer steps, so no step may span two generation
+        batches (TRL has resolved steps_per_generation by now). 'verl_minibatch' divides each update by a fixed
+        row count, which is defined for the losses TRL normalises by rows."""
+        mode = self.filtered_updates
+        if mode in WHOLE_STEPS and self.steps_per_generation % self.gradient_accumulation_steps:
             raise ConfigError(
                 "filtered_updates",
-                f"'proportional' fills whole optimizer steps of a generation batch, but steps_per_generation "
+                f"{mode!r} fills whole optimizer steps of a generation batch, but steps_per_generation "
                 f"{self.steps_per_generation} is not a multiple of gradient_accumulation_steps "
                 f"{self.gradient_accumulation_steps} (a step would span two batches)",
                 "make steps_per_generation a multiple of gradient_accumulation_steps, or use filtered_updates: fixed",
+            )
+        if mode == VERL_MINIBATCH and self.loss_type not in ("grpo", "sapo", "dr_grpo", "luspo"):
+            raise ConfigError(
+                "filtered_updates",
+                f"'verl_minibatch' divides each update by the mini-batch's row count, but loss_type "
+                f"{self.loss_type!r} normalises by tokens",
+                "use loss_type grpo (verl's token-mean on one-sequence micro-batches, as the GRPODropout authors ran "
+                "it), or filtered_updates: proportional",
             )
 
     def _validate_checkpoint_alignment(self) -> None:
@@ -530,6 +585,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             raise ConfigError("reward_variance_stop_steps", f"needs steps >= 0 and 0 < reward_variance_stop_ratio < 1 "
                               f"(got {self.reward_variance_stop_steps}, {self.reward_variance_stop_ratio})",
                               "use RAGEN's 10 and 0.1, or 0 steps to turn it off")
+        self._validate_ragen_loss_and_stop()
         if self.val_before_train and str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "no":
             raise ConfigError("val_before_train", "needs an evaluation set and schedule", "set eval_strategy: steps "
                               "(environment tasks then validate on env_eval_levels held-out levels)")
@@ -557,6 +613,18 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                     f"(got {self.num_generations})",
                     "set num_generations >= 2",
                 )
+
+    def _validate_ragen_loss_and_stop(self) -> None:
+        """``dr_grpo_token_sum`` rescales TRL's own dr_grpo loss (a surrogate-replacing loss_variant normalises on its
+        own); the low-success stop compares a success rate in [0, 1]."""
+        if self.dr_grpo_token_sum and (self.loss_type != "dr_grpo" or self.loss_variant != "none"):
+            raise ConfigError("dr_grpo_token_sum", f"rescales TRL's dr_grpo loss; got loss_type {self.loss_type!r}, "
+                              f"loss_variant {self.loss_variant!r}", "use it with loss_type: dr_grpo and "
+                              "loss_variant: none, or set dr_grpo_token_sum: false")
+        if self.low_success_stop_steps < 0 or not 0 <= self.low_success_stop_threshold <= 1:
+            raise ConfigError("low_success_stop_steps", f"needs steps >= 0 and 0 <= low_success_stop_threshold <= 1 "
+                              f"(got {self.low_success_stop_steps}, {self.low_success_stop_threshold})",
+                              "use RAGEN's 5 and 0.01, or 0 steps to turn it off")
 
     def _validate_micro_batch_tokens(self) -> None:
         """The chunked loss is exact only where TRL's loss is a sum over rows and tokens with micro-batch

@@ -38,6 +38,10 @@ RAW_TEMPLATE = "{problem}"
 # hexuandeng/GRPODropout@4ad3b3b:data/dapo17k/dapo17k_verl_train_view.json): the English configuration of
 # open-r1/DAPO-Math-17k-Processed (deduplicated, prompts without Chinese characters). Recipes pin it with
 # expected_rows.
+# Their verl then drops every prompt whose chat-templated text is over 2,048 CHARACTERS (filter_overlong_prompts
+# counts len() of the rendered string, hexuandeng/GRPODropout@4ad3b3b:verl/verl/utils/dataset/rl_dataset.py:177,
+# tokenize=False at :144). Qwen3's template adds 80 characters to the system + user contents, so max_prompt_chars
+# (which counts those contents) at 2048 - 80 = 1968 keeps the same rows (tests/data/test_dapo_prompt_filter.py).
 
 DEEPMATH_TEMPLATE = "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 

@@ -61,7 +61,7 @@ class EmptyStepGuard:
         metrics = trl_contact.metrics(trainer)
         metrics["stages/empty_generation"].append(float(empty))
         metrics["stages/consecutive_empty_generations"].append(float(self.consecutive_empty_generations))
-        metrics["stages/updates_per_generation"].append(float(updates))
+        metrics["stages/optimizer_steps"].append(float(updates))
 
     def observe(self, trainer: Any, inputs: dict[str, Any]) -> None:
         """Account one training micro-batch; at the window's last one, decide and arm the skip.

@@ -8,15 +8,21 @@ normaliser. All formulas live in trainer/algorithms/dropout.py.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
 import torch
 
 from trainer.algorithms.dropout import (
+    all_zero_push_groups,
     balanced_push_select,
     dropout_metrics,
+    min_keep_count,
     recenter,
+    restandardize,
+    restore_negative_push_negative_advantage,
+    seeded_subset,
     select_rollouts,
     sequence_surprisal,
 )
@@ -27,7 +33,9 @@ from trainer.pipeline.stages import StageResult, register_config_check, register
 DROPOUT_DELETE = ("positive", "negative", "both")
 DROPOUT_RECENTER = ("prob_weighted", "mean", "none")
 DROPOUT_BASIS = ("mean", "sum")
-DROPOUT_SELECTORS = ("paper", "balanced_push")
+DROPOUT_SELECTORS = ("paper", "balanced_push", "balanced_push_neg")
+DROPOUT_ZERO_PUSH_GROUPS = ("keep_all", "random_min_keep")
+BALANCED = ("balanced_push", "balanced_push_neg")
 
 
 @register_config_check
@@ -38,15 +46,27 @@ def validate_dropout_fields(args: Any) -> None:
         ("dropout_delete", DROPOUT_DELETE),
         ("dropout_recenter", DROPOUT_RECENTER),
         ("dropout_surprisal_basis", DROPOUT_BASIS),
+        ("dropout_zero_push_groups", DROPOUT_ZERO_PUSH_GROUPS),
     ):
         if getattr(args, name) not in allowed:
             raise ConfigError(name, f"{getattr(args, name)!r} is not an option", f"use one of {list(allowed)}")
-    if args.dropout_selector == "balanced_push" and args.dropout_delete != "positive":
-        # balanced_push keeps by its own push-balance rule (the released `balance` variant); the restoration
-        # rule of dropout_delete belongs to the paper's selector, so a non-default value would be ignored.
+    if args.dropout_selector in BALANCED and args.dropout_delete != "positive":
+        # the balanced selectors keep by their own push-balance rule (the released `balance` / `balance_neg`
+        # variants); the restoration rule of dropout_delete belongs to the paper's selector, so it would be ignored.
         raise ConfigError("dropout_delete", f"{args.dropout_delete!r} applies to dropout_selector 'paper' only; "
-                          "'balanced_push' decides which rollouts stay by its own rule",
+                          f"{args.dropout_selector!r} decides which rollouts stay by its own rule",
                           "remove dropout_delete, or use dropout_selector: paper for the Table 2 deletion rows")
+    if args.dropout_zero_push_groups != "keep_all" and args.dropout_selector not in BALANCED:
+        raise ConfigError("dropout_zero_push_groups", f"{args.dropout_zero_push_groups!r} is the released "
+                          "selector's rule; the paper's selector keeps a group whose pushes are all zero (sum h = 0)",
+                          "use dropout_selector: balanced_push (or balanced_push_neg), or remove the field")
+    if args.dropout_restandardize and (args.advantage != "grpo" or args.scale_rewards == "batch"
+                                       or args.multi_objective_aggregation == "normalize_then_sum"):
+        raise ConfigError("dropout_restandardize", "re-standardising over the kept rollouts is verl's per-group GRPO "
+                          f"advantage, but advantage={args.advantage!r}, scale_rewards={args.scale_rewards!r}, "
+                          f"multi_objective_aggregation={args.multi_objective_aggregation!r}",
+                          "use advantage: grpo with scale_rewards group (or none) and sum aggregation, or set "
+                          "dropout_restandardize: false")
 
 
 @register_stage("rollout_dropout", "grpodropout", needs={"old_logps"}, group_level=True, metric_prefix="dropout")
@@ -64,12 +84,37 @@ def grpodropout(batch: RolloutBatch, args: Any) -> StageResult:
     A_pg = batch.groups(A)
     # Rollouts without a loss token are never trained: no deletion candidates, no weight in s_bar or b.
     valid = batch.groups(batch.trainable)
-    if args.dropout_selector == "balanced_push":
-        keep = balanced_push_select(A_pg, s, valid=valid)
+    if args.dropout_selector in BALANCED:
+        drawn = None
+        if args.dropout_zero_push_groups == "random_min_keep":
+            zero_push = valid & all_zero_push_groups(A_pg, s, valid=valid).unsqueeze(1)
+            drawn = seeded_subset(zero_push, min_keep_count(batch.G), _group_keys(batch, args.seed))
+        keep = balanced_push_select(A_pg, s, valid=valid, all_zero_keep=drawn)
+        if args.dropout_selector == "balanced_push_neg":
+            keep = restore_negative_push_negative_advantage(A_pg, s, keep, valid=valid)
     else:
         keep = select_rollouts(A_pg, s, delete=args.dropout_delete, valid=valid)
-    A_bar = recenter(A_pg, s, keep, mode=args.dropout_recenter, valid=valid)
+    A_sel = A_pg
+    restandardized = args.dropout_restandardize and not bool(keep.all())  # verl recomputes only if a row went
+    if restandardized:
+        A_sel = restandardize(batch.groups(batch.R), keep, scale=args.scale_rewards != "none",
+                              eps=args.advantage_eps).to(A_pg.dtype)
+    A_bar = recenter(A_sel, s, keep, mode=args.dropout_recenter, valid=valid)
     # Undefined metrics (e.g. retained per question when every group has zero advantage) are NaN; leave them
     # out rather than let one NaN erase the logged mean of a whole logging window.
     metrics = {k: v for k, v in dropout_metrics(A_pg, s, keep, A_bar, valid).items() if math.isfinite(v)}
+    metrics["restandardized"] = float(restandardized)
     return StageResult(keep=keep.reshape(-1), advantages=A_bar.reshape(-1), metrics=metrics)
+
+
+def _group_keys(batch: RolloutBatch, seed: int) -> list[str]:
+    """One seed string per group for the all-zero-push draw: the run seed and a digest of the group's model tokens
+    (identical on every process and in a resumed or repeated run; the released code seeds with a fresh uuid)."""
+    ids = torch.where(batch.mask > 0, batch.completion_ids, -1).to(torch.int64).cpu()
+    keys = []
+    for group in batch.groups(ids):
+        digest = hashlib.sha256()
+        for row in group:
+            digest.update(row[row >= 0].numpy().tobytes() + b"|")
+        keys.append(f"{seed}:{digest.hexdigest()}:balanced_push_zero:all_zero")
+    return keys

@@ -5,8 +5,10 @@ iteration that was not skipped as empty, the batch's mean within-group reward st
 (``rollout/in_group_reward_std``: unbiased std of each prompt group's episode rewards, penalties included, averaged
 over all groups before filtering) is recorded. The first 10 such values set the baseline (their mean); after that,
 training stops once 10 consecutive values are all below 0.1 x baseline. Here one iteration is one generation
-batch; the stop takes effect at the end of that batch's last optimizer step (upstream stops after the iteration's
-update), with a message naming the knob. "The end of a batch" is read from TRL's own micro-step counter (a
+batch; the stop takes effect at the end of that batch's last optimizer step, with a message naming the knob.
+Upstream checks before the update (agent_trainer.py:1210-1236) and breaks at 1241, so the iteration that triggers the
+stop is never trained there; here it is trained, then the run stops and saves (a deliberate difference:
+docs/ragen-fidelity.md). "The end of a batch" is read from TRL's own micro-step counter (a
 multiple of steps_per_generation x num_iterations after the step), not from ``global_step``: the counter is what
 decides when TRL generates, and it is checkpointed and restored on resume (trainer/guards/generation_resume.py);
 when a step spans two batches (S x mu not a multiple of A) the stop waits for the first step that ends on a batch

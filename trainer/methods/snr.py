@@ -48,8 +48,9 @@ def validate_snr_fields(args: Any) -> None:
     if args.snr_strategy == "top_p" and args.snr_top_p_mode == "linear" and args.snr_keep == "smallest":
         raise ConfigError(
             "snr_keep",
-            "'smallest' is undefined for linear top_p (an ascending cumulative sum with a stop at non-positive "
-            "scores keeps nothing meaningful)",
+            "'smallest' with linear top_p is not implemented (upstream's ascending sum stops at the first score "
+            "<= 0: with snr_include_zero true a zero-score group keeps nothing; with it false the rule is defined "
+            "but not built here)",
             "use snr_strategy 'top_k', 'top_k_abs' or 'min_p', or snr_top_p_mode 'softmax' (the paper's "
             "keep-smallest ablation is top_k 0.5)",
         )

@@ -2,11 +2,12 @@
 
 TRL's bonus is always the token mean of the micro-batch's entropies, whatever ``loss_type`` does with the policy
 term. verl -- and so RAGEN -- aggregates the entropy with the policy loss's own mode (mll-lab-nu/RAGEN@20daedc
-ragen/workers/actor/dp_actor.py:452-456: ``agg_loss(entropy, response_mask, loss_agg_mode)``): Dr. GRPO's
+ragen/workers/actor/dp_actor.py:442-446: ``agg_loss(entropy, response_mask, loss_agg_mode)``): Dr. GRPO's
 seq-mean-token-sum sums a sequence's entropies, GRPO's seq-mean-token-mean averages per sequence first. Here the
 bonus takes exactly the normaliser TRL gives the policy term of ``loss_type`` (dr_grpo: rows x
-max_completion_length -- RAGEN's seq-mean-token-sum up to the same constant as its policy term), so the two terms
-keep upstream's ratio. The entropies are TRL's own (captured from its log-prob pass, no second forward).
+max_completion_length), so the two terms keep upstream's ratio, and the row factor of the policy term (batch
+compaction's, and ``dr_grpo_token_sum``'s max_completion_length, which makes both terms verl's seq-mean-token-sum
+exactly) multiplies the bonus too. The entropies are TRL's own (captured from its log-prob pass, no second forward).
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def loss_with_aggregated_entropy(
 ) -> torch.Tensor:
     """Run TRL's loss (``compute``) without its own entropy bonus, capturing the entropies of its forward, then
     subtract ``entropy_coef`` x :func:`aggregate_entropy`. ``row_scale``: batch compaction's factor for row-count
-    normalisers (trainer/pipeline/compaction.py), applied to the bonus as to the policy term."""
+    normalisers (trainer/pipeline/compaction.py) times ``max_completion_length`` under ``dr_grpo_token_sum``, applied
+    to the bonus as to the policy term."""
     captured: dict[str, torch.Tensor] = {}
 
     def spy(original: Callable[..., Any]) -> Callable[..., Any]:

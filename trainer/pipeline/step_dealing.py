@@ -24,6 +24,13 @@ are empty without communicating. ``filtered_updates`` chooses the rule:
   update averages over the rows it has. On the masked path (``compact_batch: false``) rows cannot move
   between processes, so with several processes and unevenly kept rows it may take more than ceil(K/M)
   updates (each still a full mean over its rows).
+- ``verl_minibatch`` (verl's ``dp_actor.update_policy``, as the GRPODropout authors ran it:
+  hexuandeng/GRPODropout@4ad3b3b:verl/verl/workers/actor/dp_actor.py, ``data.split(ppo_mini_batch_size)`` and
+  ``loss = policy_loss / self.gradient_accumulation``): the same ceil(K/M) updates as ``proportional``, but every
+  update's loss is divided by the full mini-batch M, whatever it holds -- verl's accumulation count is fixed, so a
+  partial last mini-batch takes a proportionally smaller step and nothing is renormalised by the kept count. Row-
+  normalised losses only (``grpo``, ``dr_grpo``: the config refuses the others); scale ``winnow_loss_scale`` = the
+  local micro-batch rows / per_device_train_batch_size, so every trained row weighs 1/M.
 
 Empty steps whose whole accumulation window holds no kept row on any process are marked
 ``winnow_all_dropped``: outside DeepSpeed they run no forward and no backward (every process skips the
@@ -41,8 +48,9 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-FIXED, PROPORTIONAL = "fixed", "proportional"
-FILTERED_UPDATES = (FIXED, PROPORTIONAL)
+FIXED, PROPORTIONAL, VERL_MINIBATCH = "fixed", "proportional", "verl_minibatch"
+FILTERED_UPDATES = (FIXED, PROPORTIONAL, VERL_MINIBATCH)
+WHOLE_STEPS = (PROPORTIONAL, VERL_MINIBATCH)  # modes whose kept rows fill whole optimizer steps of M rows
 KEPT_KEY = "winnow_kept"  # per-row bool the trainer adds to TRL's batch dict so the deal can find kept rows
 _warned: set[str] = set()
 
@@ -51,13 +59,14 @@ _warned: set[str] = set()
 class DealPlan:
     """Everything the deal needs; identical on every process."""
 
-    mode: str  # FIXED or PROPORTIONAL
+    mode: str  # one of FILTERED_UPDATES
     counts: tuple[int, ...]  # kept rows each process holds, in process order
     micro_batches: int  # S
     accumulation: int  # A
     micro_rows: int  # rows of each local micro-batch
     first_micro_step: int  # TRL's micro-step counter when the batch was generated
     passes: int = 1  # num_iterations: TRL replays the same micro-batches this many times
+    recipe_micro_rows: int = 0  # per_device_train_batch_size: M = this x A x processes (verl_minibatch's divisor)
 
     @property
     def aligned(self) -> bool:
@@ -72,7 +81,7 @@ class DealPlan:
     def placement(self, rank: int) -> list[int]:
         """Micro-batch of each of process ``rank``'s kept rows (in their local order)."""
         k, S, A = self.counts[rank], self.micro_batches, self.accumulation
-        if self.mode == PROPORTIONAL:
+        if self.mode in WHOLE_STEPS:
             per_step = A * self.micro_rows
             return [(p // per_step) * A + (p % per_step) % A for p in range(k)]
         # fixed: the first micro-batch of every step, then the second of every step, ...
@@ -119,9 +128,9 @@ def compacted_micro_rows(kept: int, world: int, micro_batches: int, accumulation
                          mode: str) -> int:
     """Rows per local micro-batch after compaction: the fewest that hold each process's share of ``kept``
     rows under ``mode``'s placement (fixed: spread over all S micro-batches; proportional: whole steps of
-    ``micro_batch_rows`` x A rows per process)."""
+    ``micro_batch_rows`` x A rows per process; verl_minibatch places as proportional)."""
     per_rank = max(1, math.ceil(kept / world))
-    if mode == PROPORTIONAL:
+    if mode in WHOLE_STEPS:
         return math.ceil(min(per_rank, micro_batch_rows * accumulation) / accumulation)
     return math.ceil(per_rank / micro_batches)
 
@@ -168,6 +177,10 @@ def redeal(
     kept_in_window = [0] * (max(windows) + 1)
     for i, n in enumerate(per_micro):
         kept_in_window[windows[i]] += n
+    if plan.mode == VERL_MINIBATCH and row_normalised:
+        # TRL weighs a row 1/(c*A*world); verl's fixed accumulation count weighs every row 1/M, M = b*A*world
+        for batch in out:
+            batch["winnow_loss_scale"] = torch.tensor(c / plan.recipe_micro_rows, device=kept_flags.device)
     if plan.mode == PROPORTIONAL:
         world, A = len(plan.counts), plan.accumulation
         if row_normalised:  # TRL weighs a row 1/(c*A*world); the step's own mean weighs it 1/kept_in_window

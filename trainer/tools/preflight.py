@@ -249,6 +249,44 @@ def check_generation_time(report: Report, est: GenerationEstimate, tp: int, dp: 
                    "vllm_request_timeout")
 
 
+# How TRL 1.16 aggregates each loss_type's per-token losses into one optimizer step's loss (trl/trainer/
+# grpo_trainer.py _compute_loss), in verl's agg_loss vocabulary where one exists.
+AGGREGATION = {
+    "grpo": "per-sequence token mean, averaged over the step's sequences (verl seq-mean-token-mean)",
+    "sapo": "per-sequence token mean, averaged over the step's sequences (verl seq-mean-token-mean)",
+    "bnpo": "token mean over each process's micro-batch, averaged over micro-batches and processes",
+    "dr_grpo": "token sum over the step's sequences / (sequences x max_completion_length)",
+    "dapo": "token mean over the step's tokens on every process (verl token-mean)",
+    "cispo": "token mean over the step's tokens on every process (verl token-mean)",
+    "vespo": "token mean over the step's tokens on every process (verl token-mean)",
+    "luspo": "per-sequence token sum, averaged over the step's sequences (verl seq-mean-token-sum)",
+}
+
+
+def loss_lines(args: Any, rows_per_step: int) -> list[tuple[str, str]]:
+    """The preflight's lines on what one optimizer step is: steps per generation batch and their normaliser after
+    stages remove rollouts (``filtered_updates``), the loss aggregation (``loss_type``) and the clipping, dual-clip
+    bound included -- the values a paper's step structure is pinned by (docs/paper-runs.md)."""
+    U = f"{args.steps_per_generation * args.num_iterations / args.gradient_accumulation_steps:g}"
+    mode = args.filtered_updates
+    if mode == "fixed":
+        steps = f"{U} per generation batch whatever the stages keep (filtered_updates fixed)"
+    else:
+        normaliser = ("each divided by the full mini-batch's rollouts, a partial one proportionally smaller"
+                      if mode == "verl_minibatch" else "each the mean over its own rollouts")
+        steps = (f"ceil(kept rollouts / {rows_per_step}) of at most {U} per generation batch, {normaliser} "
+                 f"(filtered_updates {mode})")
+    aggregation = AGGREGATION.get(args.loss_type, "see TRL's GRPOTrainer._compute_loss")
+    if args.loss_type == "dr_grpo" and getattr(args, "dr_grpo_token_sum", False):
+        aggregation = "per-sequence token sum, averaged over the step's sequences (verl seq-mean-token-sum)"
+    high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+    dual = (f"dual-clip: the unclipped ratio capped at delta {args.delta:g} (verl clip_ratio_c for A < 0)"
+            if args.delta is not None else "no dual-clip (delta unset)")
+    return [("optimizer steps", steps),
+            ("loss", f"loss_type {args.loss_type}: {aggregation}"),
+            ("clipping", f"ratio clipped to [1 - {args.epsilon:g}, 1 + {high:g}]; {dual}")]
+
+
 def run(argv: list[str]) -> Report:
     """Build the preflight report for ``argv`` (the recipe's argv plus the extra flags of the module docstring)."""
     import torch
@@ -293,6 +331,9 @@ def run(argv: list[str]) -> Report:
                f"{per_step * args.gradient_accumulation_steps} "
                f"per optimizer step, {per_step * args.steps_per_generation} per generation batch "
                f"({args.num_generations} per prompt); {'DeepSpeed ZeRO-%d' % zero if zero else 'DDP / one process'}")
+
+    for name, text in loss_lines(args, per_step * args.gradient_accumulation_steps):
+        report.add("", name, text)
 
     # --- generation server and weight sync -------------------------------------------------------------------
     server = bool(args.use_vllm) and args.vllm_mode == "server"
@@ -410,7 +451,14 @@ def run(argv: list[str]) -> Report:
     out = Path(args.output_dir).resolve()
     existing = next(p for p in (out, *out.parents) if p.exists())
     free = shutil.disk_usage(existing).free
-    if limit is None:
+    strategy = str(getattr(args.save_strategy, "value", args.save_strategy))
+    if limit is None and strategy == "steps" and args.max_steps > 0 and args.save_steps >= 1:
+        # every checkpoint kept (a recipe whose analysis reads them): the run's saves, the last step's included
+        count = args.max_steps // int(args.save_steps) + (1 if args.max_steps % int(args.save_steps) else 0)
+        need = ckpt * count
+        report.add("ok" if need <= free else "WARN", "disk", f"save_total_limit unset: all {count} checkpoints kept "
+                   f"x ~{_gb(ckpt)} = {_gb(need)} vs {_gb(free)} free under {existing}")
+    elif limit is None:
         report.add(
             "WARN", "disk", f"one checkpoint ~{_gb(ckpt)}; save_total_limit unset: unbounded ({_gb(free)} free)"
         )
