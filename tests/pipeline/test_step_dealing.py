@@ -182,6 +182,25 @@ def test_stop_counts_generation_batches_and_saves_on_a_boundary(tiny_model, tmp_
     assert any("winnow_stop_reason" in h and "generation batches" in h["winnow_stop_reason"] for h in history)
 
 
+def _check_updates(tr, ref, batches: list[dict], kept_per_step: list[int], step_weight) -> None:
+    """Steps of two micro-batches each: step j holds ``kept_per_step[j]`` kept rows; an empty one runs no forward;
+    the others' loss and gradient (summed over their micro-batches) equal TRL's GRPOTrainer on one batch of exactly
+    the step's kept rows, times ``step_weight(rows)``."""
+    for step, rows in enumerate(kept_per_step):
+        pair = batches[2 * step: 2 * step + 2]
+        assert sum(int(kept_rows_only(b)[1].sum()) for b in pair) == rows
+        if rows == 0:
+            assert all("winnow_all_dropped" in b for b in pair)
+            continue
+        losses, grads = zip(*(loss_and_grads(tr, b) for b in pair))
+        loss, grad = sum(losses), {k: grads[0][k] + grads[1][k] for k in grads[0]}
+        ref_loss, ref_grads = loss_and_grads(ref, _concat_kept(pair))
+        w = step_weight(rows)
+        ref_loss, ref_grads = ref_loss * w, {k: g * w for k, g in ref_grads.items()}
+        assert abs(float(loss - ref_loss)) <= 1e-6 * max(1.0, abs(float(ref_loss)))
+        assert max_abs_diff(grad, ref_grads) <= 1e-5 * max(float(g.abs().max()) for g in ref_grads.values())
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
 @pytest.mark.parametrize("compact", [True, False])
 def test_proportional_update_is_trl_loss_on_its_rows(tiny_model, tmp_path, loss_type, compact):
@@ -195,17 +214,7 @@ def test_proportional_update_is_trl_loss_on_its_rows(tiny_model, tmp_path, loss_
     ref = trl_trainer(tiny_model, str(tmp_path / "ref"), per_device_train_batch_size=4, loss_type=loss_type, beta=0.04)
     batches = micro_batches(tr)
     assert tr._metrics["train"]["stages/optimizer_steps"] == [2.0]
-    for step, rows in enumerate([4, 2, 0, 0]):
-        pair = batches[2 * step: 2 * step + 2]
-        assert sum(int(kept_rows_only(b)[1].sum()) for b in pair) == rows
-        if rows == 0:
-            assert all("winnow_all_dropped" in b for b in pair)
-            continue
-        losses, grads = zip(*(loss_and_grads(tr, b) for b in pair))
-        loss, grad = sum(losses), {k: grads[0][k] + grads[1][k] for k in grads[0]}
-        ref_loss, ref_grads = loss_and_grads(ref, _concat_kept(pair))
-        assert abs(float(loss - ref_loss)) <= 1e-6 * max(1.0, abs(float(ref_loss)))
-        assert max_abs_diff(grad, ref_grads) <= 1e-5 * max(float(g.abs().max()) for g in ref_grads.values())
+    _check_updates(tr, ref, batches, [4, 2, 0, 0], step_weight=lambda rows: 1.0)
 
 
 @pytest.mark.parametrize("compact, is_correction", [(True, False), (False, False), (True, True)])
@@ -241,18 +250,7 @@ def test_verl_minibatch_update_is_its_rows_over_the_full_minibatch(tiny_model, t
         assert len(moved) == 6 and len({float(r[m > 0].sum()) for _, m, r in moved}) == 6  # six different ratios
         for ids, m, r in moved:
             assert torch.equal(r[m > 0], ratios[tuple(ids[m > 0].tolist())])
-    for step, rows in enumerate([4, 2, 0, 0]):
-        pair = batches[2 * step: 2 * step + 2]
-        assert sum(int(kept_rows_only(b)[1].sum()) for b in pair) == rows
-        if rows == 0:
-            assert all("winnow_all_dropped" in b for b in pair)
-            continue
-        losses, grads = zip(*(loss_and_grads(tr, b) for b in pair))
-        loss, grad = sum(losses), {k: grads[0][k] + grads[1][k] for k in grads[0]}
-        ref_loss, ref_grads = loss_and_grads(ref, _concat_kept(pair))
-        ref_loss, ref_grads = ref_loss * rows / M, {k: g * rows / M for k, g in ref_grads.items()}
-        assert abs(float(loss - ref_loss)) <= 1e-6 * max(1.0, abs(float(ref_loss)))
-        assert max_abs_diff(grad, ref_grads) <= 1e-5 * max(float(g.abs().max()) for g in ref_grads.values())
+    _check_updates(tr, ref, batches, [4, 2, 0, 0], step_weight=lambda rows: rows / M)
 
 
 @pytest.mark.parametrize("S, A, mu", [(3, 2, 2), (4, 2, 1), (2, 1, 2)])

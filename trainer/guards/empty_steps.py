@@ -32,15 +32,13 @@ DeepSpeed ZeRO 1-3 (the ZeRO optimizer takes its own overflow path once: gradien
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
 from trainer import trl_contact
-
-logger = logging.getLogger(__name__)
+from trainer.guards.stopping import stop_training
 
 
 class EmptyStepGuard:
@@ -128,10 +126,7 @@ class EmptyStepStopCallback(TrainerCallback):
                 "solved or hopeless for this policy. Raise the task's difficulty range, set snr_include_zero=True or "
                 "a softer snr_strategy, or empty_batch_stop_steps=0 (formerly snr_empty_stop_steps) to keep going."
             )
-            logger.warning(message)
-            state.log_history.append({"step": state.global_step, "winnow_stop_reason": message})
-            control.should_training_stop = True
-            control.should_save = True
+            stop_training(state, control, message)
         return control
 
 

@@ -20,14 +20,12 @@ none). The counter is saved in checkpoints (``winnow_stage_state.json``).
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 from transformers import TrainerCallback
 
 from trainer.config.errors import ConfigError
-
-logger = logging.getLogger(__name__)
+from trainer.guards.stopping import stop_training
 
 # TRL prefixes evaluation metrics with "eval_"; the multi-turn rollout logs env/success_rate (multi_turn.py _log)
 SUCCESS_METRIC = "eval_env/success_rate"
@@ -92,8 +90,5 @@ class LowSuccessStopCallback(TrainerCallback):
                 f"for {m.steps} evaluations in a row: {[round(v, 6) for v in m.history[-m.steps:]]} (RAGEN's "
                 "low-validation-success stop). Set low_success_stop_steps=0 to keep going."
             )
-            logger.warning(message)
-            state.log_history.append({"step": state.global_step, "winnow_stop_reason": message})
-            control.should_training_stop = True
-            control.should_save = True
+            stop_training(state, control, message)
         return control

@@ -18,14 +18,13 @@ boundary, so its checkpoint resumes without a saved batch. State is saved in che
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from typing import Any, Callable
 
 import torch
 from transformers import TrainerCallback
 
-logger = logging.getLogger(__name__)
+from trainer.guards.stopping import stop_training
 
 
 def mean_group_reward_std(rewards: torch.Tensor, group_size: int) -> float:
@@ -89,10 +88,7 @@ class RewardVarianceStopCallback(TrainerCallback):
                 f"non-empty iterations) for {m.steps} iterations in a row: {[round(v, 6) for v in m.window]} "
                 "(RAGEN's early stop). Set reward_variance_stop_steps=0 to keep going."
             )
-            logger.warning(message)
-            state.log_history.append({"step": state.global_step, "winnow_stop_reason": message})
-            control.should_training_stop = True
-            control.should_save = True
+            stop_training(state, control, message)
         return control
 
 
