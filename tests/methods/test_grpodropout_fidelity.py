@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from harness import grads_of, one_step_loss_and_grads, trl_trainer
+from verl_oracle import verl_dual_clip_token_loss
 
 from trainer.config.core import ConfigError, WinnowConfig
 from trainer.config.recipe import parse_recipe
@@ -31,17 +32,6 @@ UPSTREAM_CLIPS = {
     "configs/ragen/sokoban-grpo-nofilter.yaml": (0.2, 0.28, 3.0),  # RAGEN main table (GRPO: seq-mean-token-mean)
     "configs/ragen/countdown-dapo-topp0.9.yaml": (0.2, 0.28, 3.0),  # RAGEN main table (DAPO: token-mean)
 }
-
-
-def verl_dual_clip_token_loss(logp, old_logp, A, eps_low, eps_high, clip_ratio_c):
-    """verl's vanilla policy loss per token (core_algos.compute_policy_loss, transcribed)."""
-    ratio = torch.exp(logp - old_logp)
-    pg_losses1 = -A * ratio
-    pg_losses2 = -A * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
-    pg_losses3 = -A * clip_ratio_c
-    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
-    return torch.where(A < 0, clip_pg_losses2, clip_pg_losses1)
 
 
 def verl_one_sequence_micro_batches(token_loss, mask):

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 from harness import BASE_ARGS, deterministic_rollout_func, grads_of, prompt_dataset, reward_token_parity
+from verl_oracle import verl_dual_clip_token_loss
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
 from trainer.config.core import ConfigError
@@ -76,24 +77,13 @@ def agg_loss(loss_mat, loss_mask, loss_agg_mode):
     raise ValueError(loss_agg_mode)
 
 
-def pg_losses(old_log_prob, log_prob, advantages, cliprange_low, cliprange_high, clip_ratio_c):
-    """verl/trainer/ppo/core_algos.py:856-881: the per-token dual-clip loss before aggregation."""
-    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
-    ratio = torch.exp(negative_approx_kl)
-    pg_losses1 = -advantages * ratio
-    pg_losses2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
-    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
-    pg_losses3 = -advantages * clip_ratio_c
-    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
-    return torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
-
-
 def verl_update_loss(logp, entropy, old, A, mask, mode, eps_low, eps_high, clip_c, coef, gradient_accumulation):
     """dp_actor.py:403-465 with one-sequence micro-batches: the sum of each row's backpropagated loss."""
     total = 0.0
     for i in range(logp.size(0)):
         row = slice(i, i + 1)
-        pg_loss = agg_loss(pg_losses(old[row], logp[row], A[row], eps_low, eps_high, clip_c), mask[row], mode)
+        token_loss = verl_dual_clip_token_loss(logp[row], old[row], A[row], eps_low, eps_high, clip_c)
+        pg_loss = agg_loss(token_loss, mask[row], mode)
         entropy_loss = agg_loss(entropy[row], mask[row], mode)
         policy_loss = pg_loss - entropy_loss * coef
         total = total + policy_loss / gradient_accumulation
