@@ -4,6 +4,7 @@
     accelerate launch --config_file launch/accelerate/zero3_gpu_4.yaml launch/train.py \\
         --config configs/grpo/qwen3-4b-dapo17k.yaml --vllm_server_base_url http://10.0.0.2:8000
     python launch/train.py --config ... --resume_from_checkpoint true      # latest checkpoint in output_dir
+    python launch/train.py --config ... --resume_from_checkpoint auto      # the same if one exists, else fresh
     python launch/train.py --config configs/grpo/qwen3-8b-dapo17k.yaml --dry-run   # preflight, loads nothing
 
 Writes into ``output_dir``: checkpoints, ``recipe.resolved.yaml`` (every field, defaults included, flat: it

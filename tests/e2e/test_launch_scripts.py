@@ -379,7 +379,8 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
     assert not {"0.0.0.0", "::", "*"} & set(server)
     assert "http://node0:8000/health" in lines[1]
     train = shlex.split(lines[2][2:])
-    assert train[:6] == ["srun", "--nodes=2", "--ntasks=2", "-w", "node1,node2", "bash"]
+    # --kill-on-bad-exit=1: one failed rank ends the step instead of leaving the others in a collective
+    assert train[:7] == ["srun", "--nodes=2", "--ntasks=2", "--kill-on-bad-exit=1", "-w", "node1,node2", "bash"]
     inner = train[-1]
     assert "$SLURM_PROCID" in inner  # expanded by each task, not by the batch script
     words = shlex.split(inner)
@@ -392,6 +393,9 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
                         ("--vllm_server_base_url", "http://node0:8000"), ("--max_steps", "3")]:
         assert words[words.index(flag) + 1] == value, flag
     assert words[words.index("launch/train.py") + 2] == RECIPE
+    # a requeued job (#SBATCH --requeue) reruns this line: it continues the run if a checkpoint exists
+    assert words[words.index("--resume_from_checkpoint") + 1] == "auto"
+    assert "#SBATCH --requeue" in SLURM.read_text().split("\nset -euo", 1)[0].splitlines()
     assert not (tmp_path / "srun.log").exists()  # nothing ran
 
 

@@ -121,6 +121,11 @@ CASES = [
     ("dataset_zero_rows", {"dataset_kwargs": {"num_samples": 0}}, [], {}, "dataset_kwargs", "num_samples"),
     ("all_prompts_too_long", {"max_prompt_tokens": 3}, [], {}, "dataset_kwargs", "max_prompt_tokens"),
     ("import_module_missing", {"import_modules": ["no_such_user_module"]}, [], {}, "import_modules", "pip install"),
+    # a text task has no evaluation set: refused here, not by TRL after the weights loaded
+    ("eval_on_text_task", {"eval_strategy": "steps", "eval_steps": 1}, [], {}, "eval_strategy", "eval_strategy: no"),
+    # auto on a folder with a run but no checkpoint: a fresh start would overwrite that run
+    ("resume_auto_run_without_checkpoint", {}, ["--resume_from_checkpoint", "auto"], {}, "resume_from_checkpoint",
+     "--overwrite_output_dir true"),
 ]
 
 
@@ -132,6 +137,9 @@ def test_bad_input_is_one_line_before_weights_load(case, changes, extra, env, fi
     (tmp_path / "empty.jsonl").write_text("")
     if case == "output_dir_holds_run":
         _fake_run(out)
+    if case == "resume_auto_run_without_checkpoint":
+        out.mkdir()
+        (out / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     for key, value in env.items():
@@ -154,6 +162,73 @@ def test_bad_input_is_one_line_before_weights_load(case, changes, extra, env, fi
     assert line.startswith(f"error: {field}:") or line.startswith(f"error: WinnowConfig.{field}:"), line
     assert "Fix:" in line and fix in line.split("Fix:", 1)[1], line
     assert _tree(out) == before  # nothing created, nothing touched
+
+
+@pytest.mark.parametrize("flag", ["load_in_4bit", "load_in_8bit"])
+def test_quantized_loading_without_bitsandbytes_is_one_line(flag, tmp_path, capsys, monkeypatch, tiny_model,
+                                                           no_weights):
+    """load_in_4bit / load_in_8bit load through bitsandbytes; without it they are refused before any weights load
+    (they used to pass every check and be ignored)."""
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        pytest.skip("bitsandbytes is installed: the flag is passed to TRL instead")
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "run"), flag: True})
+    capsys.readouterr()
+    assert train_cli.main(["--config", str(recipe)]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"error: {flag}: ") and "bitsandbytes" in line and "\n" not in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_model_revision_and_trust_remote_code_reach_the_loaders(tmp_path, monkeypatch, tiny_model):
+    """--model_revision reaches the policy's weights as well as the tokenizer, and --trust_remote_code the tokenizer
+    as well as the weights: what from_pretrained receives on the real build path (a local folder ignores the
+    revision, so the tiny model still loads)."""
+    from transformers import AutoTokenizer, PreTrainedModel
+
+    from trainer.config.recipe import build_trainer, check_run, parse_recipe
+
+    seen: dict[str, list[dict]] = {"model": [], "tokenizer": []}
+    load_model, load_tokenizer = PreTrainedModel.from_pretrained.__func__, AutoTokenizer.from_pretrained.__func__
+
+    def record_model(cls, *a, **k):
+        seen["model"].append(k)
+        return load_model(cls, *a, **k)
+
+    def record_tokenizer(cls, *a, **k):
+        seen["tokenizer"].append(k)
+        return load_tokenizer(cls, *a, **k)
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(record_model))
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", classmethod(record_tokenizer))
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "run")})
+    parsed = parse_recipe(["--config", str(recipe), "--model_revision", "v1.0-test", "--trust_remote_code", "true"])
+    check_run(*parsed)
+    trainer = build_trainer(*parsed)
+    assert trainer.model is not None
+    assert [(k.get("revision"), k.get("trust_remote_code")) for k in seen["model"]] == [("v1.0-test", True)]
+    assert [(k.get("revision"), k.get("trust_remote_code")) for k in seen["tokenizer"]] == [("v1.0-test", True)]
+
+
+def test_resume_auto_starts_fresh_then_continues(tmp_path, capsys, monkeypatch):
+    """--resume_from_checkpoint auto (the Slurm script's, for requeued jobs): in an empty folder a fresh run; run
+    again on the folder it resumes from its latest checkpoint (global_step continues) instead of being refused."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    out = tmp_path / "run"
+    recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(out)})
+    assert train_cli.main(["--config", str(recipe), "--resume_from_checkpoint", "auto"]) == 0
+    assert _metrics_steps(out) == [1] and sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1"]
+
+    assert train_cli.main(["--config", str(recipe), "--max_steps", "2", "--save_steps", "2",
+                           "--resume_from_checkpoint", "auto"]) == 0, capsys.readouterr().err
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and _metrics_steps(out) == [1, 2]
 
 
 def test_dry_run_refuses_an_unsafe_env_before_running_the_recipe(tmp_path):

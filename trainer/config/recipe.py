@@ -21,7 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
-from trl import ModelConfig, get_peft_config
+from trl import ModelConfig, get_peft_config, get_quantization_config
 
 from trainer import trl_contact
 from trainer.config import redaction
@@ -175,7 +175,8 @@ two guards, and only the command line can give them.
 
 EPILOG = """The run folder (output_dir) receives checkpoints, metrics.jsonl, metrics.png, the final model and
 recipe.resolved.yaml (every field, flat: --config recipe.resolved.yaml runs the same experiment again).
-A folder that holds a run is refused unless --resume_from_checkpoint or --overwrite_output_dir is given.
+A folder that holds a run is refused unless --resume_from_checkpoint or --overwrite_output_dir is given
+(--resume_from_checkpoint auto: resume if output_dir has a checkpoint, else start fresh).
 Mistakes are reported as one line `error: ... Fix: ...` (exit 2) before any weights load; set
 WINNOW_TRACEBACK=1 (or pass --traceback) for the full traceback. Under `accelerate launch`, its -q flag
 drops accelerate's own CalledProcessError traceback that follows the line.
@@ -218,8 +219,10 @@ def recipe_parser() -> RecipeParser:
         if action.dest in stages.STAGE_KINDS:
             action.help = f"{action.help} Choices: {', '.join(stages.available(action.dest))}."
         elif action.dest == "resume_from_checkpoint":
-            action.help = ("Continue a run: a checkpoint folder, or `true` for the latest checkpoint-N in output_dir "
-                           "(its metrics.jsonl is kept and continued). A resume trusts the checkpoint: it unpickles "
+            action.help = ("Continue a run: a checkpoint folder, `true` for the latest checkpoint-N in output_dir "
+                           "(its metrics.jsonl is kept and continued), or `auto`: the latest checkpoint-N if "
+                           "output_dir has one, else a fresh start (for requeued jobs; a folder holding a run without "
+                           "a checkpoint is still refused). A resume trusts the checkpoint: it unpickles "
                            "its files, so a folder outside output_dir needs --allow_external_checkpoint true.")
         elif action.dest == "model_name_or_path":
             action.help = ("The policy: a hub id, a local model folder or an offline alias "
@@ -343,6 +346,9 @@ def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) 
     from trainer.config import recipe_checks as checks
 
     checks.check_process_count(task.launch_processes)
+    # `auto` becomes `true` (a checkpoint to resume) or None (a fresh start) here, so every check below and the
+    # launch itself see what will actually run.
+    args.resume_from_checkpoint = checks.resolve_auto_resume(args.output_dir, args.resume_from_checkpoint)
     checks.check_output_dir(args.output_dir, args.resume_from_checkpoint, task.overwrite_output_dir)
     checks.check_resume(args.output_dir, args.resume_from_checkpoint, task.allow_external_checkpoint)
     if checks.resume_requested(args.resume_from_checkpoint):
@@ -407,7 +413,8 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
             "point path at a file with rows",
         ) from None
     checks.check_dataset(dataset, task)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
+                                              trust_remote_code=args.trust_remote_code)
     if task.max_prompt_tokens is not None and not task.is_env_task:  # env prompts are placeholders (envs/levels.py)
         dataset = filter_long_prompts(dataset, tokenizer, task.max_prompt_tokens, args.chat_template_kwargs or {},
                                       prefill=THINK_PREFILL if args.think_prefill else "")
@@ -439,6 +446,10 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
                 task.dataset_name, split="validation", num_levels=task.env_eval_levels
             )
     init_kwargs = dict(args.model_init_kwargs or {})
+    # The weights at the same revision as the tokenizer (as trl/scripts/grpo.py passes it); TRL adds
+    # trust_remote_code from args itself.
+    if model_args.model_revision is not None:
+        init_kwargs.setdefault("revision", model_args.model_revision)
     if model_args.dtype is not None:
         init_kwargs.setdefault("dtype", model_args.dtype)
     if model_args.attn_implementation is not None:
@@ -451,6 +462,7 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
         train_dataset=inputs.dataset,
         processing_class=inputs.tokenizer,
         peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),  # load_in_4bit / load_in_8bit, as trl grpo does
         callbacks=[MetricsFileCallback(args.output_dir, plot=task.plot)],
         **env_kwargs,
     )

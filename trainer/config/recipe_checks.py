@@ -138,10 +138,10 @@ def check_env(env: dict, allow_unsafe: bool) -> None:
 
 
 def check_checkpoint_location(output_dir: str, resume: Any, allow_external: bool) -> None:
-    """A resume from a folder (not ``true``/``latest``) must lie inside ``output_dir``, symlinks and ``..``
+    """A resume from a folder (not ``true``/``latest``/``auto``) must lie inside ``output_dir``, symlinks and ``..``
     resolved: resuming unpickles the checkpoint's files (DeepSpeed's ``*_states.pt``, ``weights_only=False``), so
     only the run's own checkpoints load unless the command line opted in."""
-    if allow_external or not resume_requested(resume) or resumes_latest(resume):
+    if allow_external or not resume_requested(resume) or resumes_latest(resume) or resumes_if_any(resume):
         return
     checkpoint = Path(str(resume)).expanduser().resolve()
     folder = Path(output_dir).expanduser().resolve()
@@ -157,6 +157,34 @@ def check_checkpoint_location(output_dir: str, resume: Any, allow_external: bool
 def resumes_latest(resume: Any) -> bool:
     """Whether ``resume_from_checkpoint`` names no folder but asks for the latest checkpoint of output_dir."""
     return str(resume).strip().lower() in ("true", "latest", "yes", "1")
+
+
+def resumes_if_any(resume: Any) -> bool:
+    """Whether ``resume_from_checkpoint`` is ``auto``: the latest checkpoint of output_dir if it has one, else a
+    fresh start (a requeued job runs the same command line whether or not its first run saved anything)."""
+    return str(resume).strip().lower() == "auto"
+
+
+def resolve_auto_resume(output_dir: str, resume: Any) -> Any:
+    """``resume_from_checkpoint: auto`` as the launch will run it: ``"true"`` (the latest checkpoint-N of
+    ``output_dir``) when there is one, None (a fresh start) when the folder holds no run; any other value unchanged.
+    A folder that holds a run but no checkpoint is refused: starting fresh there would overwrite that run."""
+    if not resumes_if_any(resume):
+        return resume
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if Path(output_dir).is_dir() and get_last_checkpoint(output_dir) is not None:
+        return "true"
+    entries = run_entries(output_dir)
+    if entries:
+        shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+        raise RecipeError(
+            "resume_from_checkpoint", f"auto found no checkpoint-N folder to resume in {output_dir}, which holds a "
+            f"run ({shown}); starting fresh would overwrite it",
+            "start over with --overwrite_output_dir true instead of auto (deletes that folder's contents), or pick "
+            "another --output_dir",
+        )
+    return None
 
 
 def check_resume(output_dir: str, resume: Any, allow_external: bool = False) -> None:
@@ -225,6 +253,24 @@ def check_field_combinations(task: Any, args: Any, model_args: Any) -> None:
     if args.reward_weights is not None and len(args.reward_weights) != len(task.reward_funcs):
         raise RecipeError("reward_weights", f"{len(args.reward_weights)} weights for {len(task.reward_funcs)} reward "
                           f"functions {task.reward_funcs}", "give one weight per entry of reward_funcs (same order)")
+    if str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no" and not task.is_env_task:
+        # Only the environment tasks build an evaluation set (held-out levels); the text loaders have none to give
+        # (DAPO-Math-17k, DeepMath-103K publish a train split only), and TRL would fail after the weights load.
+        raise RecipeError("eval_strategy", f"dataset {task.dataset_name!r} has no evaluation set: only environment "
+                          "tasks (sokoban, frozenlake) evaluate during training",
+                          "set eval_strategy: no, and evaluate checkpoints with launch/eval.py")
+    check_quantization(model_args)
+
+
+def check_quantization(model_args: Any) -> None:
+    """``load_in_4bit`` / ``load_in_8bit`` load the policy through bitsandbytes (TRL's get_quantization_config);
+    without the package installed they are refused here, not after the tokenizer and dataset loaded."""
+    import importlib.util
+
+    for name in ("load_in_4bit", "load_in_8bit"):
+        if getattr(model_args, name, False) and importlib.util.find_spec("bitsandbytes") is None:
+            raise RecipeError(name, "quantized loading needs the bitsandbytes package, which is not installed",
+                              f"drop {name} (or set it false), or pip install bitsandbytes on a CUDA machine")
 
 
 def resolve_reward(name: str, options: dict[str, Any]) -> Callable:
