@@ -29,8 +29,8 @@ are empty without communicating. ``filtered_updates`` chooses the rule:
   ``loss = policy_loss / self.gradient_accumulation``): the same ceil(K/M) updates as ``proportional``, but every
   update's loss is divided by the full mini-batch M, whatever it holds -- verl's accumulation count is fixed, so a
   partial last mini-batch takes a proportionally smaller step and nothing is renormalised by the kept count. Row-
-  normalised losses only (``grpo``, ``dr_grpo``: the config refuses the others); scale ``winnow_loss_scale`` = the
-  local micro-batch rows / per_device_train_batch_size, so every trained row weighs 1/M.
+  normalised losses only (``grpo``, ``sapo``, ``dr_grpo``, ``luspo``: the config refuses the others); scale
+  ``winnow_loss_scale`` = the local micro-batch rows / per_device_train_batch_size, so every trained row weighs 1/M.
 
 Empty steps whose whole accumulation window holds no kept row on any process are marked
 ``winnow_all_dropped``: outside DeepSpeed they run no forward and no backward (every process skips the
