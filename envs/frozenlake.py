@@ -25,11 +25,9 @@ from __future__ import annotations
 import math
 import operator
 from numbers import Real
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
-from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as _GymFrozenLake
-from gymnasium.utils import seeding
 
 from .base import TextEnv
 from .registry import register_env
@@ -72,6 +70,8 @@ def _has_path(board: np.ndarray, size: int) -> bool:
 def generate_map(size: int, p: float, seed: int) -> tuple[str, ...]:
     """RAGEN's random map for ``seed`` (see the module docstring): the same random draws in the same order as
     upstream's ``generate_random_map`` (board, start, goal; redrawn until start != goal and a path exists)."""
+    from gymnasium.utils import seeding  # an optional dependency (the `envs` extra): imported where it is used
+
     rng, _ = seeding.np_random(operator.index(seed) % 2**64)  # seeding rejects negative seeds
     while True:
         board = rng.choice(["F", "H"], (size, size), p=[p, 1 - p])
@@ -152,7 +152,7 @@ class FrozenLakeEnv(TextEnv):
         self.observation_format = observation_format
         self.max_steps = _check_int("max_steps", max_steps, 1)
         self.fixed_desc = None if desc is None else _check_desc(desc)
-        self._gym: _GymFrozenLake | None = None
+        self._gym: Any = None  # gymnasium's FrozenLakeEnv, built on the first reset
         self._gym_desc: tuple[str, ...] | None = None
         self.desc: tuple[str, ...] = ()
         self.steps = 0
@@ -187,7 +187,9 @@ class FrozenLakeEnv(TextEnv):
             # The transition table costs ~1 ms on 8x8; a fixed board (or a repeated map) reuses it.
             slippery = self.success_rate < 1.0
             kwargs = {"success_rate": self.success_rate} if slippery else {}
-            self._gym = _GymFrozenLake(desc=list(desc), is_slippery=slippery, **kwargs)
+            from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv  # the `envs` extra
+
+            self._gym = FrozenLakeEnv(desc=list(desc), is_slippery=slippery, **kwargs)
             self._gym_desc = desc
         self._gym.reset(seed=slip_seed)
         self.desc = desc

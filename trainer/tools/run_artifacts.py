@@ -21,6 +21,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from trainer.tools import optional
+
+logger = logging.getLogger(__name__)
+
 PLOTTED = (("reward", "mean reward"), ("entropy", "token entropy (nats)"))
 
 
@@ -55,6 +59,9 @@ class MetricsFileCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         """Draw the plot next to the log (main process only)."""
         if state.is_world_process_zero and self.plot and self.path.exists():
+            if not optional.installed("matplotlib"):  # a core install trains; the plot is the `demo` extra's
+                logger.warning("metrics.png not drawn: %s", optional.missing_message("matplotlib", "plot: true"))
+                return
             plot_metrics(self.path, self.path.with_suffix(".png"))
 
 

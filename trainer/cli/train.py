@@ -1,0 +1,146 @@
+"""Train from a YAML recipe (TRL style: ``--config recipe.yaml`` plus ``--field value`` overrides).
+
+The code of the ``winnow-train`` console script; ``launch/train.py`` (a checkout without installing) runs it too.
+
+    accelerate launch launch/train.py --config configs/demo/smollm2-arithmetic.yaml
+    accelerate launch --config_file launch/accelerate/zero3_gpu_4.yaml launch/train.py \\
+        --config configs/grpo/qwen3-4b-dapo17k.yaml --vllm_server_base_url http://10.0.0.2:8000
+    python launch/train.py --config ... --resume_from_checkpoint true      # latest checkpoint in output_dir
+    python launch/train.py --config ... --resume_from_checkpoint auto      # the same if one exists, else fresh
+    python launch/train.py --config configs/grpo/qwen3-8b-dapo17k.yaml --dry-run   # preflight, loads nothing
+    winnow-train --config RECIPE.yaml                   # installed (pip install winnow-rl): the same, one process
+    accelerate launch -m trainer.cli.train --config RECIPE.yaml   # installed, any number of processes
+
+Writes into ``output_dir``: checkpoints, ``recipe.resolved.yaml`` (every field, defaults included, flat: it
+is itself a recipe; secrets redacted, trainer/config/redaction.py), ``metrics.jsonl`` and ``metrics.png``. A
+folder that already holds a run is refused unless ``--resume_from_checkpoint`` or ``--overwrite_output_dir`` says
+what to do with it. Fields:
+TaskArguments (trainer/config/recipe.py), WinnowConfig (trainer/config/core.py, includes all of TRL's GRPOConfig) and
+TRL's ModelConfig; ``--help`` lists them by topic.
+
+A mistake in the recipe, its data or its paths is reported before any weights load as one line,
+``error: <field>: <what>. Fix: <how>``, with exit status 2; ``--traceback`` (or ``WINNOW_TRACEBACK=1``)
+shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+TRACEBACK_FLAG = "--traceback"
+# The CUDA caching allocator's setting for the trainer: long, varying sequence lengths fragment fixed-size segments
+# (trainer/tools/memory_estimate.py counts a fixed 3 GB for it); expandable segments grow in place instead.
+ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+
+
+def set_allocator_conf(argv: list[str], environ: dict | None = None) -> str | None:
+    """Put ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` into ``environ`` (default ``os.environ``) before torch
+    starts, unless the user set an allocator config (that one, or torch's newer ``PYTORCH_ALLOC_CONF``, which it reads
+    first) or the recipe asks for vLLM's sleep mode in the trainer: vLLM's CuMemAllocator asserts that no expandable
+    segments are configured. Returns the value set, or None."""
+    environ = os.environ if environ is None else environ
+    name, value = ALLOC_CONF
+    if name in environ or "PYTORCH_ALLOC_CONF" in environ or _sleep_mode_requested(argv):
+        return None
+    environ[name] = value
+    return value
+
+
+def _sleep_mode_requested(argv: list[str]) -> bool:
+    """``vllm_enable_sleep_mode`` true on the command line or, failing that, in the ``--config`` recipe (read with
+    yaml alone: torch must not start before the allocator setting). An unreadable recipe counts as no: the real
+    parser reports it."""
+    import yaml
+
+    flag = _cli_value(argv, "vllm_enable_sleep_mode")
+    path = _cli_value(argv, "config")
+    if flag is None and path:
+        try:
+            flag = (yaml.safe_load(Path(path).read_text()) or {}).get("vllm_enable_sleep_mode")
+        except (OSError, yaml.YAMLError, AttributeError):
+            return False
+    return str(flag).strip().lower() in ("true", "1", "yes")
+
+
+def _cli_value(argv: list[str], name: str) -> str | None:
+    """The value of ``--name value`` / ``--name=value`` in ``argv`` ("true" for a bare boolean flag), else None."""
+    for i, arg in enumerate(argv):
+        if arg == f"--{name}":
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            return "true" if following is None or following.startswith("--") else following
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the recipe and its inputs, build the trainer, train, save the final model; 2 on a recipe error."""
+    from trainer.config.core import ConfigError
+    from trainer.config.recipe import (
+        build_trainer,
+        check_run,
+        parse_recipe,
+        prepare_run,
+        resolved_recipe,
+        save_resolved_recipe,
+    )
+    from trainer.config.recipe_checks import clear_output_dir, resume_requested, resumes_latest
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = TRACEBACK_FLAG in argv or os.environ.get("WINNOW_TRACEBACK", "") not in ("", "0")
+    argv = [a for a in argv if a != TRACEBACK_FLAG]
+    try:
+        task, args, model_args = parse_recipe(argv)
+        check_run(task, args, model_args)
+        recipe = resolved_recipe(task, args, model_args)
+        inputs = prepare_run(task, args, model_args)
+        if task.overwrite_output_dir:
+            clear_output_dir(args.output_dir)
+        trainer = build_trainer(task, args, model_args, inputs)  # the weights load here
+    except ConfigError as e:
+        return _one_line(e, show_traceback)
+    if trainer.accelerator.is_main_process:
+        save_resolved_recipe(recipe, Path(args.output_dir) / "recipe.resolved.yaml")
+    resume = args.resume_from_checkpoint
+    if not resume_requested(resume):
+        resume = None
+    elif resumes_latest(resume):
+        resume = True
+    try:  # a resume that cannot continue exactly is refused before its checkpoint loads (guards/generation_resume.py)
+        trainer.train(resume_from_checkpoint=resume)
+    except ConfigError as e:
+        return _one_line(e, show_traceback)
+    trainer.save_model(args.output_dir)
+    return 0
+
+
+def _one_line(error: Exception, show_traceback: bool) -> int:
+    """Print a recipe error as one line on the main process (every process checks the same recipe), any URL in it
+    without its user-info (trainer/config/redaction.py); exit status 2."""
+    from trainer.config.recipe_checks import is_main_process
+    from trainer.config.redaction import redact_url
+
+    if show_traceback:
+        raise error
+    if is_main_process():
+        print(redact_url(f"error: {' '.join(str(error).split())}"), file=sys.stderr, flush=True)
+    return 2
+
+
+def console_main() -> None:
+    """The ``winnow-train`` console script and ``launch/train.py``: ``--dry-run`` runs the preflight (loads nothing),
+    anything else trains; exits with main's status."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    argv = sys.argv[1:]
+    if "--dry-run" in argv:  # preflight: check the launch, load nothing (trainer/tools/preflight.py)
+        from trainer.tools.preflight import main as preflight
+
+        sys.exit(preflight([a for a in argv if a != "--dry-run"]))
+    set_allocator_conf(argv)  # before main() imports torch: every rank's trainer process starts here
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # python -m trainer.cli.train, accelerate launch -m trainer.cli.train
+    console_main()
