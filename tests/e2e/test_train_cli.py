@@ -123,6 +123,22 @@ CASES = [
     ("import_module_missing", {"import_modules": ["no_such_user_module"]}, [], {}, "import_modules", "pip install"),
     # a text task has no evaluation set: refused here, not by TRL after the weights loaded
     ("eval_on_text_task", {"eval_strategy": "steps", "eval_steps": 1}, [], {}, "eval_strategy", "eval_strategy: no"),
+    # a Hub id or local path in dataset_name (trainer/data/generic.py): what cannot work is refused the same way
+    ("dataset_hub_not_cached", {"dataset_name": "nobody-xyz/no-such-dataset"}, [], {"HF_HUB_OFFLINE": "1"},
+     "dataset_name", "hf download --repo-type dataset"),
+    ("dataset_no_prompt_column", {"dataset_name": "{tmp}/qa.jsonl"}, [], {}, "dataset_name",
+     "dataset_columns: {prompt: question}"),
+    ("dataset_column_path_missing", {"dataset_name": "{tmp}/qa.jsonl", "dataset_columns": {"prompt": "problem"}},
+     [], {}, "dataset_columns", "dataset_columns"),
+    ("eval_without_test_split", {"dataset_name": "{tmp}/prompts.jsonl", "eval_strategy": "steps", "eval_steps": 1},
+     [], {}, "eval_strategy", "dataset_test_split"),
+    ("dataset_streaming_without_max_steps", {"dataset_name": "{tmp}/prompts.jsonl", "dataset_streaming": True,
+                                             "max_steps": -1}, [], {}, "dataset_streaming", "max_steps: N"),
+    ("generic_field_with_registered_loader", {"dataset_streaming": True}, [], {}, "dataset_streaming",
+     "dataset_kwargs"),
+    ("json_loader_chat_column", {"dataset_name": "json", "dataset_kwargs": {"path": "{tmp}/chat.jsonl",
+                                                                          "problem_column": "prompt"}},
+     [], {}, "dataset_kwargs", "the message says"),
     # auto on a folder with a run but no checkpoint: a fresh start would overwrite that run
     ("resume_auto_run_without_checkpoint", {}, ["--resume_from_checkpoint", "auto"], {}, "resume_from_checkpoint",
      "--overwrite_output_dir true"),
@@ -135,6 +151,9 @@ def test_bad_input_is_one_line_before_weights_load(case, changes, extra, env, fi
     out = tmp_path / "run"
     (tmp_path / "a_file").write_text("")
     (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "qa.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    (tmp_path / "chat.jsonl").write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}\n')
     if case == "output_dir_holds_run":
         _fake_run(out)
     if case == "resume_auto_run_without_checkpoint":

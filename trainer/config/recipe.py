@@ -26,6 +26,7 @@ from trl import ModelConfig, get_peft_config, get_quantization_config
 from trainer import trl_contact
 from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig
+from trainer.config.dataset_fields import DatasetFields
 from trainer.config.env import EnvTaskFields
 from trainer.config.recipe_checks import check_process_count, resumes_latest
 from trainer.config.recipe_parser import (
@@ -53,19 +54,24 @@ OFFLINE_BASE_MODELS = {"offline:smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
 
 
 @dataclass
-class TaskArguments(EnvTaskFields):
+class TaskArguments(DatasetFields, EnvTaskFields):
     """What to train on: dataset, reward functions, prompt handling, and the launch the recipe is sized for
-    (plus, for the environment tasks sokoban / frozenlake, the episode settings of trainer/config/env.py)."""
+    (plus TRL's dataset keys for a Hub id or local path, trainer/config/dataset_fields.py, and, for the environment
+    tasks sokoban / frozenlake, the episode settings of trainer/config/env.py)."""
 
     dataset_name: str = field(
         default="arithmetic",
         metadata={"help": "Registered task dataset (trainer.data): arithmetic, dapo_math_17k, deepmath_103k, "
-                  "metamathqa, countdown, champ, json, or an environment played turn by turn: sokoban, frozenlake."},
+                  "metamathqa, countdown, champ, json, or an environment played turn by turn: sokoban, frozenlake. "
+                  "Any other value is a Hub id or local path (.parquet/.jsonl/.json/.csv file, folder, save_to_disk "
+                  "folder) read as TRL's scripts do (dataset_config, dataset_train_split, ...): its `prompt` column "
+                  "is used as it is and every other column reaches the reward functions as a keyword argument."},
     )
     dataset_kwargs: dict | str | None = field(
         default=None,
         metadata={"help": "Keyword arguments of the dataset loader (a mapping in YAML, a JSON string on the CLI), "
-                  "e.g. {path: ..., num_samples: 1000, min_difficulty: 5}."},
+                  "e.g. {path: ..., num_samples: 1000, min_difficulty: 5}. A Hub id or local path takes num_samples, "
+                  "shuffle, seed, revision, data_dir, data_files, cache_dir."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["math_accuracy"],
@@ -148,6 +154,7 @@ class TaskArguments(EnvTaskFields):
         if self.reward_timeout <= 0:
             raise RecipeError("reward_timeout", f"must be > 0 (got {self.reward_timeout})", "use e.g. 2.0")
         self.validate_env_fields()
+        self.validate_dataset_fields()
         env_rewards = sorted({"env_return", "env_success"} & set(self.reward_funcs))
         if env_rewards and not self.is_env_task:
             raise RecipeError("reward_funcs", f"{env_rewards} need an environment task, not {self.dataset_name!r}",
@@ -201,6 +208,7 @@ def recipe_parser() -> RecipeParser:
     sections = [
         ("run", "", RUN_FIELDS),
         ("task: what to train on", "", own_fields(TaskArguments)),
+        ("dataset: a Hub id or local path in dataset_name (TRL's dataset keys)", "", own_fields(DatasetFields)),
         ("stages: winnow-rl's pipeline (rollout_filter -> rollout_dropout -> advantage -> loss_variant) and its knobs",
          "", own_fields(WinnowConfig)),
         ("teacher (UECR and the teacher baselines)", "", own_fields(TeacherFields)),
@@ -349,6 +357,7 @@ def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) 
     """What a launch checks before it prepares anything: process count, output folder, resume, models,
     fields that only work together (each a RecipeError naming the field and the fix)."""
     from trainer.config import recipe_checks as checks
+    from trainer.config.dataset_fields import check_dataset_fields
 
     checks.check_process_count(task.launch_processes)
     # `auto` becomes `true` (a checkpoint to resume) or None (a fresh start) here, so every check below and the
@@ -363,6 +372,8 @@ def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) 
     if args.teacher_model_name_or_path:
         checks.check_model_path("teacher_model_name_or_path", args.teacher_model_name_or_path, list(OFFLINE_MODELS))
     checks.check_field_combinations(task, args, model_args)
+    check_dataset_fields(task, args)
+    checks.check_model_loading(args, model_args)
     if task.dataset_name == "frozenlake":
         from trainer.tools import optional
 
@@ -393,6 +404,7 @@ class RunInputs:
     dataset: Any
     tokenizer: Any
     reward_funcs: list
+    eval_dataset: Any = None  # a generic dataset's dataset_test_split when eval_strategy is not "no"
 
 
 def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> RunInputs:
@@ -402,21 +414,28 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
     from transformers import AutoTokenizer
 
     from trainer.config import recipe_checks as checks
+    from trainer.config.dataset_fields import load_generic_inputs
     from trainer.data import DatasetUnavailableError, list_task_datasets, load_task_dataset
+    from trainer.data.generic import quiet_progress
 
     check_launch(task, PartialState().num_processes)  # before any model, tokenizer or dataset loads
     model_path = resolve_model_path(model_args.model_name_or_path)
     if args.teacher_model_name_or_path:
         args.teacher_model_name_or_path = resolve_model_path(args.teacher_model_name_or_path)
-    if task.dataset_name not in list_task_datasets():
-        raise RecipeError("dataset_name", f"unknown task dataset {task.dataset_name!r}",
-                          f"use one of {', '.join(list_task_datasets())} (or register yours via import_modules)")
+    eval_dataset = None
     try:
-        dataset = load_task_dataset(task.dataset_name, **(task.dataset_kwargs or {}))
-    except (FileNotFoundError, DatasetUnavailableError, TypeError) as e:
+        if task.dataset_name in list_task_datasets():
+            with quiet_progress():  # a bar on stderr would bury the one-line error that may follow it
+                dataset = load_task_dataset(task.dataset_name, **(task.dataset_kwargs or {}))
+        else:  # a Hub id or local path, read as TRL's scripts do (trainer/data/generic.py)
+            dataset, eval_dataset = load_generic_inputs(task, str(getattr(args.eval_strategy, "value",
+                                                                          args.eval_strategy)))
+    except (FileNotFoundError, DatasetUnavailableError, TypeError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
         raise RecipeError(
             "dataset_kwargs", " ".join(str(e).split()),
-            "fix the dataset's path / keyword arguments (the message lists what the loader accepts)",
+            "fix the dataset's path / keyword arguments (the message says what; it lists what the loader accepts)",
         ) from None
     except StopIteration:  # `datasets`' JSON reader on an empty file
         raise RecipeError(
@@ -427,9 +446,13 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
     tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
                                               trust_remote_code=args.trust_remote_code)
     if task.max_prompt_tokens is not None and not task.is_env_task:  # env prompts are placeholders (envs/levels.py)
+        prefill = THINK_PREFILL if args.think_prefill else ""
         dataset = filter_long_prompts(dataset, tokenizer, task.max_prompt_tokens, args.chat_template_kwargs or {},
-                                      prefill=THINK_PREFILL if args.think_prefill else "")
+                                      prefill=prefill)
         checks.check_dataset(dataset, task)
+        if eval_dataset is not None:
+            eval_dataset = filter_long_prompts(eval_dataset, tokenizer, task.max_prompt_tokens,
+                                               args.chat_template_kwargs or {}, prefill=prefill)
     reward_options = dict(
         timeout=task.reward_timeout,
         max_completion_length=args.max_completion_length,
@@ -439,7 +462,7 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
     reward_funcs = [checks.resolve_reward(name, reward_options) for name in task.reward_funcs]
     if not task.is_env_task:  # env rewards read the rollout's episode fields, not dataset columns
         checks.probe_rewards(reward_funcs, task.reward_funcs, dataset)
-    return RunInputs(model_path, dataset, tokenizer, reward_funcs)
+    return RunInputs(model_path, dataset, tokenizer, reward_funcs, eval_dataset)
 
 
 def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig, inputs: RunInputs | None = None):
@@ -450,6 +473,8 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
 
     inputs = inputs or prepare_run(task, args, model_args)
     env_kwargs = {}
+    if inputs.eval_dataset is not None:  # a generic dataset's test split, as trl/scripts/grpo.py passes it
+        env_kwargs["eval_dataset"] = inputs.eval_dataset
     if task.is_env_task:
         env_kwargs = dict(rollout_func=build_env_rollout(task, args, inputs.tokenizer))
         if args.eval_strategy != "no":
@@ -523,18 +548,24 @@ def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_
                         prefill: str = "") -> Any:
     """Drop rows whose prompt as the model sees it exceeds ``max_tokens`` (the papers' overlong-prompt filter): the
     chat-templated prompt plus the ``prefill`` ids the trainer appends after it (grpo_trainer._tokenize_prompts), so a
-    prompt at the bound cannot overflow the server's context of max_prompt_tokens + max_completion_length."""
+    prompt at the bound cannot overflow the server's context of max_prompt_tokens + max_completion_length. A plain
+    string prompt is tokenized as TRL does (no chat template); a streamed dataset is filtered as it is read."""
     extra = len(prefill_ids(tokenizer, prefill)) if prefill else 0
 
     def short_enough(row: dict) -> bool:
-        ids = tokenizer.apply_chat_template(
-            row["prompt"], add_generation_prompt=True, tokenize=True, **template_kwargs
-        )
+        if isinstance(row["prompt"], str):
+            ids = tokenizer(text=row["prompt"])["input_ids"]
+        else:
+            ids = tokenizer.apply_chat_template(
+                row["prompt"], add_generation_prompt=True, tokenize=True, **template_kwargs
+            )
         ids = ids["input_ids"] if isinstance(ids, Mapping) else ids  # a BatchEncoding is a Mapping, not a dict
         return len(ids) + extra <= max_tokens
 
     import datasets
 
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.filter(short_enough)
     before = len(dataset)
     bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()  # a bar on stderr before the run starts would bury a one-line error after it

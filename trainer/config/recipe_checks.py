@@ -253,11 +253,16 @@ def check_field_combinations(task: Any, args: Any, model_args: Any) -> None:
     if args.reward_weights is not None and len(args.reward_weights) != len(task.reward_funcs):
         raise RecipeError("reward_weights", f"{len(args.reward_weights)} weights for {len(task.reward_funcs)} reward "
                           f"functions {task.reward_funcs}", "give one weight per entry of reward_funcs (same order)")
-    if str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no" and not task.is_env_task:
-        # Only the environment tasks build an evaluation set (held-out levels); the text loaders have none to give
-        # (DAPO-Math-17k, DeepMath-103K publish a train split only), and TRL would fail after the weights load.
+    from trainer.config.dataset_fields import is_registered
+
+    if (str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no" and not task.is_env_task
+            and is_registered(task.dataset_name)):
+        # The environment tasks build an evaluation set (held-out levels), a Hub id or local path has its
+        # dataset_test_split (checked when it loads); the registered text loaders have none to give (DAPO-Math-17k,
+        # DeepMath-103K publish a train split only), and TRL would fail after the weights load.
         raise RecipeError("eval_strategy", f"dataset {task.dataset_name!r} has no evaluation set: only environment "
-                          "tasks (sokoban, frozenlake) evaluate during training",
+                          "tasks (sokoban, frozenlake) and a Hub id or local path with a dataset_test_split evaluate "
+                          "during training",
                           "set eval_strategy: no, and evaluate checkpoints with launch/eval.py")
     check_quantization(model_args)
 
@@ -271,6 +276,25 @@ def check_quantization(model_args: Any) -> None:
         if getattr(model_args, name, False) and importlib.util.find_spec("bitsandbytes") is None:
             raise RecipeError(name, "quantized loading needs the bitsandbytes package, which is not installed",
                               f"drop {name} (or set it false), or pip install bitsandbytes on a CUDA machine")
+
+
+def check_model_loading(args: Any, model_args: Any) -> None:
+    """What would fail only once the weights load or the run ends: flash-attention without its package (transformers
+    raises at load) and pushing to the Hub from a machine that is offline (the push fails after training)."""
+    import importlib.util
+
+    import huggingface_hub.constants
+
+    if model_args.attn_implementation in ("flash_attention_2", "flash_attention_3"):
+        package = "flash_attn" if model_args.attn_implementation == "flash_attention_2" else "flash_attn_interface"
+        if importlib.util.find_spec(package) is None:
+            raise RecipeError("attn_implementation", f"{model_args.attn_implementation} needs the {package} package, "
+                              "which is not installed", "pip install flash-attn on a CUDA machine, or write "
+                              "attn_implementation: sdpa")
+    if args.push_to_hub and huggingface_hub.constants.HF_HUB_OFFLINE:
+        raise RecipeError("push_to_hub", "is true but HF_HUB_OFFLINE is set: the push would fail after training",
+                          "set push_to_hub: false (push the saved output_dir later with `hf upload`), or unset "
+                          "HF_HUB_OFFLINE on a machine with Hub access")
 
 
 def resolve_reward(name: str, options: dict[str, Any]) -> Callable:
@@ -298,7 +322,7 @@ def resolve_reward(name: str, options: dict[str, Any]) -> Callable:
 
 def check_dataset(dataset: Any, task: Any) -> None:
     """A dataset with no rows would train nothing and save the untouched model as the result."""
-    if len(dataset) == 0:
+    if next(iter(dataset), None) is None:  # a streamed dataset (dataset_streaming) has no len()
         raise RecipeError(
             "dataset_kwargs", f"dataset {task.dataset_name!r} has 0 rows with {task.dataset_kwargs or {}} "
             "(empty file, num_samples: 0, or every prompt over max_prompt_tokens)",
@@ -309,7 +333,7 @@ def check_dataset(dataset: Any, task: Any) -> None:
 def probe_rewards(reward_funcs: Sequence[Callable], names: Sequence[str], dataset: Any) -> None:
     """Call each reward once on the first row with an empty completion: a missing or malformed column raises
     there (the rewards fail loudly on recipe errors and score any model output), not after the model loaded."""
-    row = dataset[0]
+    row = next(iter(dataset))  # dataset[0], also of a streamed dataset
     columns = {key: [value] for key, value in row.items() if key != "prompt"}
     conversational = isinstance(row["prompt"], list)
     completion = [{"role": "assistant", "content": ""}] if conversational else ""

@@ -32,6 +32,10 @@ class DatasetUnavailableError(RuntimeError):
     """A hub dataset could not be loaded (offline and not cached, unknown id, no network)."""
 
 
+class MissingSplitError(ValueError):
+    """The dataset exists but has no split of the requested name (the message lists the ones it has)."""
+
+
 def register_task_dataset(name: str) -> Callable[[Callable[..., datasets.Dataset]], Callable[..., datasets.Dataset]]:
     """Decorator: register ``fn`` as the loader for task dataset ``name`` (names are unique)."""
 
@@ -63,12 +67,19 @@ def load_raw(
     split: str = "train",
     config: str | None = None,
     cache_dir: str | None = None,
-) -> datasets.Dataset:
+    streaming: bool = False,
+    fix: str | None = None,
+    **load_kwargs: Any,
+) -> datasets.Dataset | datasets.IterableDataset:
     """Load a raw dataset from a local file/folder or a hub id, with errors that say what to do.
 
     Local single files become one split named after ``split`` (minus any slice such as ``[:100]``), so
     ``split="train[:100]"`` slices a local file exactly like a hub split. Hub ids go through the real
     ``datasets.load_dataset``; with ``HF_HUB_OFFLINE=1`` that reads the local cache or fails fast.
+    ``streaming`` returns an ``IterableDataset`` (a save_to_disk folder is converted); ``load_kwargs``
+    (``revision``, ``data_dir``, ``data_files``) go to ``datasets.load_dataset`` for a folder or hub id;
+    ``fix`` replaces the default advice of the hub error. A split the source lacks is a
+    :class:`MissingSplitError` that lists the splits it has.
     """
     p = os.path.expanduser(str(path))
     if is_local_path(p):
@@ -78,19 +89,30 @@ def load_raw(
             # Output of Dataset.save_to_disk / DatasetDict.save_to_disk.
             ds = datasets.load_from_disk(p)
             if isinstance(ds, datasets.DatasetDict):
-                ds = ds[split.split("[")[0]]
-            return ds
+                base = split.split("[")[0]
+                if base not in ds:
+                    raise MissingSplitError(f"{dataset_name}: no split {base!r} in {p!r}; splits: {sorted(ds)}")
+                ds = ds[base]
+            return ds.to_iterable_dataset() if streaming else ds
         if os.path.isdir(p):
-            return datasets.load_dataset(p, name=config, split=split, cache_dir=cache_dir)
+            return _with_split_error(dataset_name, lambda: datasets.load_dataset(
+                p, name=config, split=split, cache_dir=cache_dir, streaming=streaming, **load_kwargs))
         builder = _FILE_BUILDERS.get(Path(p).suffix.lower())
         if builder is None:
             raise ValueError(
                 f"{dataset_name}: cannot read {p!r}: unsupported suffix (use one of {sorted(_FILE_BUILDERS)})"
             )
+        if load_kwargs:
+            raise ValueError(f"{dataset_name}: {sorted(load_kwargs)} apply to a folder or hub dataset, not to the "
+                             f"single file {p!r}")
         base_split = split.split("[")[0] or "train"
-        return datasets.load_dataset(builder, data_files={base_split: p}, split=split, cache_dir=cache_dir)
+        return datasets.load_dataset(builder, data_files={base_split: p}, split=split, cache_dir=cache_dir,
+                                     streaming=streaming)
     try:
-        return datasets.load_dataset(p, name=config, split=split, cache_dir=cache_dir)
+        return _with_split_error(dataset_name, lambda: datasets.load_dataset(
+            p, name=config, split=split, cache_dir=cache_dir, streaming=streaming, **load_kwargs))
+    except MissingSplitError:
+        raise
     except Exception as e:  # noqa: BLE001 - every hub failure gets the same actionable message
         offline = bool(datasets.config.HF_HUB_OFFLINE)
         hint = (
@@ -98,11 +120,25 @@ def load_raw(
             if offline
             else "the hub may be unreachable from this machine"
         )
+        fix = fix or (
+            "pass path=<local .parquet/.jsonl file or save_to_disk folder> with the same columns, or pre-cache the "
+            "dataset on a machine with hub access."
+        )
+        cause = " ".join(f"{type(e).__name__}: {e}".split())  # one line: the message ends up in a one-line error
         raise DatasetUnavailableError(
             f"{dataset_name}: could not load hub dataset {p!r} (config={config!r}, split={split!r}): "
-            f"{type(e).__name__}: {e}. Likely cause: {hint}. Fix: pass path=<local .parquet/.jsonl file or "
-            f"save_to_disk folder> with the same columns, or pre-cache the dataset on a machine with hub access."
+            f"{cause}. Likely cause: {hint}. Fix: {fix}"
         ) from e
+
+
+def _with_split_error(dataset_name: str, load: Callable[[], Any]) -> Any:
+    """``load()``, with `datasets`' ``Unknown split "x". Should be one of [...]`` as a :class:`MissingSplitError`."""
+    try:
+        return load()
+    except ValueError as e:
+        if str(e).startswith("Unknown split"):
+            raise MissingSplitError(f"{dataset_name}: {e}") from e
+        raise
 
 
 def require_columns(ds: datasets.Dataset, required: Sequence[str], dataset_name: str) -> None:

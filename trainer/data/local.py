@@ -47,13 +47,23 @@ def load_json(
 
     ``problem_column`` defaults to ``problem``, else ``question`` (whichever the file has);
     ``answer_column`` defaults to ``answer``. Numeric answers become strings. ``source`` defaults to the
-    file's stem, so mixed evaluation sets stay distinguishable in the logs.
+    file's stem, so mixed evaluation sets stay distinguishable in the logs. A problem column of chat messages is
+    refused (it would be stringified): a file with a ready ``prompt`` column is read by ``dataset_name: <path>``
+    (trainer/data/generic.py), which keeps it and every other column as they are.
     """
     name = f"json:{path}"
     raw = load_raw(path, dataset_name=name, split=split, cache_dir=cache_dir)
     if problem_column is None:
         problem_column = next((c for c in ("problem", "question") if c in raw.column_names), "problem")
     require_columns(raw, [problem_column, answer_column], name)
+    if isinstance(raw.features[problem_column], (datasets.List, datasets.LargeList, list)):
+        # Chat messages (or any list) would be stringified into the template: refuse, and point to the path that
+        # keeps them.
+        raise ValueError(
+            f"{name}: column {problem_column!r} holds a list (chat messages?), not a problem string; this loader "
+            f"writes the problem into prompt_template. Use dataset_name: {path} (a local path) instead: its 'prompt' "
+            "column is used as it is and every other column reaches the rewards"
+        )
     table = raw.select_columns([problem_column, answer_column]).with_format("arrow")[:]
     return finalize(
         table.column(problem_column).to_pylist(),
