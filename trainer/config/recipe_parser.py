@@ -26,6 +26,7 @@ from typing import Any, Sequence
 from trl import TrlParser
 
 from trainer.config.core import ConfigError
+from trainer.config.foreign_keys import foreign_key_error
 
 HELP_HINT = "see `python launch/train.py --help` for the fields"
 
@@ -187,14 +188,17 @@ def import_modules(modules: Sequence[str]) -> None:
 
 
 def check_keys(parser: RecipeParser, config: dict[str, Any], remaining: Sequence[str]) -> None:
-    """Unknown YAML keys and unknown command-line flags, each with the nearest valid name."""
+    """Unknown YAML keys and unknown command-line flags: another trainer's key (trainer/config/foreign_keys.py) with
+    the winnow way, any other with the nearest valid name."""
     for key in config:
         if key != "env" and key not in parser.fields:  # `env` is TrlParser's: environment variables to set
-            raise RecipeError(str(key), "is not a recipe field", parser.nearest(str(key)))
+            foreign = foreign_key_error(str(key))
+            raise RecipeError(str(key), *(foreign or ("is not a recipe field", parser.nearest(str(key)))))
     for arg in remaining:
         if arg.startswith("--"):
             key = arg[2:].split("=", 1)[0]
-            raise RecipeError(arg.split("=", 1)[0], "is not a recipe field", parser.nearest(key))
+            foreign = foreign_key_error(key.replace("-", "_"))
+            raise RecipeError(arg.split("=", 1)[0], *(foreign or ("is not a recipe field", parser.nearest(key))))
     if remaining:
         raise RecipeError(
             "command line", f"unexpected value {remaining[0]!r}", "write every value after its --field flag"
