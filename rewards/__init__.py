@@ -9,6 +9,7 @@ import sys
 # Importing these modules registers their reward functions.
 from . import countdown as countdown_rewards  # noqa: F401  ("countdown", "ragen_countdown")
 from . import env as env_rewards  # noqa: F401  ("env_return", "env_success")
+from . import foreign as foreign_rewards  # noqa: F401  (TRL's "accuracy_reward", ...; open-r1's "accuracy", "format")
 from . import format as format_rewards  # noqa: F401  ("answer_format_penalty")
 from . import math_rewards  # noqa: F401  ("math_accuracy", "think_format", "dapo_accuracy", ...)
 from . import overlong as overlong_rewards  # noqa: F401  ("overlong_penalty")

@@ -11,7 +11,7 @@ import inspect
 from typing import Any, Callable
 
 RewardFunc = Callable[..., list]
-_REWARDS: dict[str, tuple[RewardFunc, Callable[..., RewardFunc] | None]] = {}
+_REWARDS: dict[str, tuple[RewardFunc | None, Callable[..., RewardFunc] | None]] = {}
 
 
 def register_reward(name: str, factory: Callable[..., RewardFunc] | None = None) -> Callable[[RewardFunc], RewardFunc]:
@@ -19,11 +19,24 @@ def register_reward(name: str, factory: Callable[..., RewardFunc] | None = None)
 
     def decorator(fn: RewardFunc) -> RewardFunc:
         if name in _REWARDS and _REWARDS[name][0] is not fn:
-            raise ValueError(f"reward {name!r} is already registered by {_REWARDS[name][0].__module__}")
+            raise ValueError(f"reward {name!r} is already registered by {_registrant(name)}")
         _REWARDS[name] = (fn, factory)
         return fn
 
     return decorator
+
+
+def register_lazy_reward(name: str, loader: Callable[..., RewardFunc]) -> None:
+    """Register ``name`` without importing its function yet: ``loader()`` builds it when a recipe asks for it (another
+    library's reward -- TRL's -- so that importing :mod:`rewards` does not import that library)."""
+    if name in _REWARDS and _REWARDS[name][1] is not loader:
+        raise ValueError(f"reward {name!r} is already registered by {_registrant(name)}")
+    _REWARDS[name] = (None, loader)
+
+
+def _registrant(name: str) -> str:
+    fn, factory = _REWARDS[name]
+    return (fn or factory).__module__
 
 
 def available() -> list[str]:
@@ -38,8 +51,8 @@ def get_reward(name: str, **options: Any) -> RewardFunc:
         fn, factory = _REWARDS[name]
     except KeyError:
         raise KeyError(f"no reward function named {name!r}; registered: {available()}") from None
-    if factory is None or not options:
-        return fn
-    accepted = inspect.signature(factory).parameters
+    accepted = inspect.signature(factory).parameters if factory is not None else {}
     usable = {k: v for k, v in options.items() if k in accepted}
+    if fn is None:  # register_lazy_reward
+        return factory(**usable)
     return factory(**usable) if usable else fn

@@ -28,7 +28,10 @@ trainer's tokens, keys or passwords.
 
 This file imports only the standard library: the parent never loads sympy; Math-Verify is imported in the
 worker only. Protocol (ASCII JSON lines): the parent sends ``[[gold, pred]]``, one item a line; the worker
-answers one line per item (true / false / null = unparsable gold), in order.
+answers one line per item (true / false / null = unparsable gold), in order. :func:`grade_batch` sends
+``[[gold, completion, grader]]`` instead: another trainer's accuracy reward (TRL's ``accuracy_reward``, open-r1's
+``accuracy``: :data:`GRADERS`) with its own Math-Verify settings on the whole completion, under the same hard limits;
+its answer is true / false / "no_gold" (that reward could not parse the gold).
 """
 
 from __future__ import annotations
@@ -119,6 +122,41 @@ def verify_batch(pairs, timeout: float = DEFAULT_TIMEOUT, batch_timeout: float |
         if batch_timeout is None:
             batch_timeout = batch_deadline(len(todo), timeout, pool.size)
         for (i, _, _), r in zip(todo, pool.run([(g, p) for _, g, p in todo], timeout, batch_timeout)):
+            results[i] = r
+    return results
+
+
+# Other trainers' accuracy rewards, run in the worker with their own Math-Verify settings (see _worker_main):
+# "trl": trl.rewards.accuracy_reward (TRL 1.16, trl/rewards/accuracy_rewards.py); "open_r1": open-r1's accuracy_reward
+# (huggingface/open-r1@bd581c7e73bbd0b63b6605fc1ed4b51d231fa597:src/open_r1/rewards.py:11-50).
+GRADERS = ("trl", "open_r1")
+NO_GOLD = "no_gold"
+
+
+def grade_batch(pairs, grader: str, timeout: float = DEFAULT_TIMEOUT,
+                batch_timeout: float | None = None) -> list[bool | str | None]:
+    """Another trainer's accuracy check of whole completions: ``(completion_text, gold)`` pairs graded as ``grader``
+    (one of :data:`GRADERS`) grades them, each item under the hard ``timeout`` of :func:`verify_batch` (and the
+    batch under ``batch_timeout``). True / False; :data:`NO_GOLD` when that reward cannot parse the gold; None when
+    the item ran out of time. The prediction bounds of :func:`verify_batch` do not apply (the item is a whole
+    completion, extracted in the worker as that trainer does); the gold bounds give :data:`NO_GOLD`."""
+    if grader not in GRADERS:
+        raise ValueError(f"grader must be one of {GRADERS}, got {grader!r}")
+    if not timeout or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    results: list[bool | str | None] = [None] * len(pairs)
+    todo: list[tuple[int, str, str]] = []
+    for i, (pred, gold) in enumerate(pairs):
+        gold = "" if gold is None else str(gold)
+        if len(gold) > MAX_GOLD_CHARS or _over_nested(gold, MAX_GOLD_DEPTH, MAX_GOLD_BRACKETS):
+            results[i] = NO_GOLD
+        else:
+            todo.append((i, gold, "" if pred is None else str(pred)))
+    if todo:
+        pool = _pool()
+        if batch_timeout is None:
+            batch_timeout = batch_deadline(len(todo), timeout, pool.size)
+        for (i, _, _), r in zip(todo, pool.run([(g, p, grader) for _, g, p in todo], timeout, batch_timeout)):
             results[i] = r
     return results
 
@@ -431,6 +469,8 @@ def _worker_main(parent_pid: int) -> None:
     if os.getppid() != parent_pid:  # parent died before prctl took effect
         return
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" warnings: we time out here
+    # open-r1's equations=True warns on every call that the parser handles equations itself now
+    logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
     from latex2sympy2_extended import NormalizationConfig
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
@@ -453,10 +493,39 @@ def _worker_main(parent_pid: int) -> None:
         except Exception:  # noqa: BLE001 - garbage in (RecursionError, MemoryError, ...): not equivalent
             return False
 
+    # TRL 1.16's accuracy_reward (trl/rewards/accuracy_rewards.py): the gold with parse's defaults, the completion
+    # with LaTeX only (boxed first, units normalised, no anchor-less extraction), verify(gold, answer).
+    trl_cfg = [LatexExtractionConfig(normalization_config=NormalizationConfig(units=True), boxed_match_priority=0,
+                                     try_extract_without_anchor=False)]
+    # open-r1's accuracy_reward (huggingface/open-r1@bd581c7e73bbd0b63b6605fc1ed4b51d231fa597:src/open_r1/rewards.py
+    # :11-50): the gold with LaTeX only, first match; the completion with its normalisation (equations on, malformed
+    # operators and nits off); verify(answer, gold) -- its argument order.
+    open_r1_norm = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True, equations=True,
+                                       boxed="all", units=True)
+    open_r1_cfg = [LatexExtractionConfig(normalization_config=open_r1_norm, boxed_match_priority=0,
+                                         try_extract_without_anchor=False)]
+
+    def grade(gold: str, completion: str, grader: str) -> bool | str:
+        try:
+            if grader == "trl":
+                g = parse(gold, parsing_timeout=None)
+                if not g:
+                    return "no_gold"
+                p = parse(completion, trl_cfg, extraction_mode="first_match", parsing_timeout=None)
+                return bool(verify(g, p, timeout_seconds=None))
+            g = parse(gold, [LatexExtractionConfig()], extraction_mode="first_match", parsing_timeout=None)
+            if not g:
+                return "no_gold"
+            p = parse(completion, open_r1_cfg, extraction_mode="first_match", parsing_timeout=None)
+            return bool(verify(p, g, timeout_seconds=None))
+        except Exception:  # noqa: BLE001 - as check(): garbage in is not equivalent
+            return False
+
     os.write(out_fd, b"ready\n")
     for line in sys.stdin.buffer:
-        for gold, pred in json.loads(line):
-            os.write(out_fd, (json.dumps(check(gold, pred)) + "\n").encode())
+        for item in json.loads(line):
+            answer = grade(*item) if len(item) == 3 else check(*item)
+            os.write(out_fd, (json.dumps(answer) + "\n").encode())
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:

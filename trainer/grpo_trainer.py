@@ -54,6 +54,7 @@ from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server.client import harden_client, wait_for_server
 from trainer.server.generation import generation_class
 from trainer.server.listeners import pin_nccl_group_to_loopback
+from trainer.tools import model_card
 
 # Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
 # leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
@@ -65,6 +66,9 @@ STAGE_STATE_FILE = "winnow_stage_state.json"  # in each checkpoint folder, next 
 class WinnowGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer with the winnow stage pipeline. Takes the same arguments: ``args`` is a
     :class:`WinnowConfig`, a plain ``GRPOConfig`` (every stage off) or None (TRL's default config)."""
+
+    _tag_names = ["trl", "grpo", "winnow-rl"]  # TRL's, and winnow-rl's: the model's and its card's tags
+    card_facts = None  # the recipe's model and dataset, for the model card (a CardFacts, set by build_trainer)
 
     def __init__(
         self, model: Any, reward_funcs: Any = None, args: WinnowConfig | GRPOConfig | None = None, **kwargs: Any
@@ -150,6 +154,11 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
 
     # --- TRL override points -------------------------------------------------------------------------
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None,
+                          tags: str | list[str] | None = None) -> None:
+        """TRL's model card, naming the base model, the method and the dataset (trainer/tools/model_card.py)."""
+        model_card.create(self, super().create_model_card, model_name, dataset_name, tags)
 
     def _tokenize_prompts(self, prompts: list):
         """TRL's prompt tokenisation, then the think prefill's ids after the generation prompt (rollout/prefill.py)."""

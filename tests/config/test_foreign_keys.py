@@ -16,6 +16,7 @@ VALUES = {
     "dataset_configs": (["default"], "dataset_config:"),
     "vllm_device": ("auto", "vllm_mode"),
     "max_prompt_length": (512, "max_prompt_tokens"),
+    "warmup_ratio": (0.1, "warmup_steps: 0.1"),
     "dataset_mixture": ({"datasets": [{"id": "a/b"}]}, "dataset_name"),
     "datasets": ([{"path": "a/b"}], "dataset_name"),
 }

@@ -219,6 +219,15 @@ SPECS: dict[str, Spec] = {
     "dapo_accuracy": Spec(lambda t: {"timeout": t}, frozenset({-1.0, 1.0}), wrong=-1.0, uses_verifier=True,
                           corpora=("hostile", "math_names", "views", "edge"), slow_only=("views",)),
     "overlong_penalty": Spec(lambda t: dict(OVERLONG), None),
+    # other trainers' names (rewards/foreign.py): open-r1's format and TRL's own regex and overlong objects
+    "format": Spec(lambda t: {}, frozenset({0.0, 1.0})),
+    "think_format_reward": Spec(lambda t: {}, frozenset({0.0, 1.0})),
+    "get_soft_overlong_punishment": Spec(lambda t: {}, None),  # TRL's formula, in [-1, 0]
+    # TRL's and open-r1's accuracy rewards grade whole completions in the verifier worker (grade_batch, which the
+    # spy above does not see): their hard limit is tested in tests/verifier/test_foreign_accuracy.py, not fuzzed here
+    "accuracy_reward": Spec(lambda t: {"timeout": t}, frozenset({0.0, 1.0}), wrong=0.0, corpora=()),
+    "reasoning_accuracy_reward": Spec(lambda t: {"timeout": t}, frozenset({0.0, 1.0}), wrong=0.0, corpora=()),
+    "accuracy": Spec(lambda t: {"timeout": t}, frozenset({0.0, 1.0}), wrong=0.0, corpora=()),
 }
 
 
@@ -279,7 +288,8 @@ def _kwargs(spec: Spec, entries, ids, idx: list[int], chat: bool) -> dict:
     else:
         completions, prompts = texts, [f"Question {i}" for i in idx]
     return dict(prompts=prompts, completions=completions, completion_ids=[ids[i] for i in idx],
-                answer=[spec.golds[i % len(spec.golds)] for i in idx], trainer_state=None, log_extra=_noop,
+                answer=[spec.golds[i % len(spec.golds)] for i in idx],
+                solution=[spec.golds[i % len(spec.golds)] for i in idx], trainer_state=None, log_extra=_noop,
                 log_metric=_noop)
 
 
@@ -295,6 +305,9 @@ def _check_scores(name: str, spec: Spec, scores, idx: list[int], ids, where: str
             ok = False
         elif spec.allowed is not None and s not in spec.allowed:
             failures.append(f"{where} item {i}: score {s!r} not in {sorted(spec.allowed)}")
+            ok = False
+        elif name == "get_soft_overlong_punishment" and not -1.0 <= s <= 0.0:
+            failures.append(f"{where} item {i}: {s!r} outside TRL's [-1, 0]")
             ok = False
         elif name == "overlong_penalty" and s != _expected_overlong(ids[i]):
             failures.append(f"{where} item {i}: {s!r} != DAPO's {_expected_overlong(ids[i])!r} for {len(ids[i])} ids")

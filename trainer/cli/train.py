@@ -25,11 +25,15 @@ shows the traceback instead.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
 
+logger = logging.getLogger("trainer.cli.train")  # by name: run as __main__ too (python -m trainer.cli.train)
+
 TRACEBACK_FLAG = "--traceback"
+DRY_RUN_FLAG = "--dry-run"  # the preflight instead of training (trainer/tools/preflight.py); listed in --help
 # The CUDA caching allocator's setting for the trainer: long, varying sequence lengths fragment fixed-size segments
 # (trainer/tools/memory_estimate.py counts a fixed 3 GB for it); expandable segments grow in place instead.
 ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -87,32 +91,53 @@ def main(argv: list[str] | None = None) -> int:
         save_resolved_recipe,
     )
     from trainer.config.recipe_checks import clear_output_dir, resume_requested, resumes_latest
+    from trainer.tools import console, wandb_run
+    from trainer.tools.model_card import method_text
 
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = TRACEBACK_FLAG in argv or os.environ.get("WINNOW_TRACEBACK", "") not in ("", "0")
     argv = [a for a in argv if a != TRACEBACK_FLAG]
+    if DRY_RUN_FLAG in argv:  # as console_main: check the launch, load nothing
+        from trainer.tools.preflight import main as preflight
+
+        return preflight([a for a in argv if a != DRY_RUN_FLAG])
     try:
         task, args, model_args = parse_recipe(argv)
+        console.configure_logging(args)  # winnow's INFO lines, held back until every check has passed
+        console.quiet_trl_step_warnings()
         check_run(task, args, model_args)
         recipe = resolved_recipe(task, args, model_args)
+        # after the recipe is resolved: a re-run of recipe.resolved.yaml elsewhere is named after its own folder
+        args.run_name = args.run_name or wandb_run.default_run_name(args.output_dir)
         inputs = prepare_run(task, args, model_args)
         if task.overwrite_output_dir:
             clear_output_dir(args.output_dir)
+        logger.info("training %s on %s with rewards %s, %s; run folder %s", model_args.model_name_or_path,
+                    task.dataset_name, ", ".join(getattr(task, "reward_entries", task.reward_funcs)),
+                    method_text(args), Path(args.output_dir).resolve())
         trainer = build_trainer(task, args, model_args, inputs)  # the weights load here
     except ConfigError as e:
+        console.release_held(show=False)  # the error is its one line alone
         return _one_line(e, show_traceback)
-    if trainer.accelerator.is_main_process:
-        save_resolved_recipe(recipe, Path(args.output_dir) / "recipe.resolved.yaml")
+    console.release_held()
+    main_process = trainer.accelerator.is_main_process
+    recipe_file = Path(args.output_dir) / "recipe.resolved.yaml"
+    if main_process:
+        save_resolved_recipe(recipe, recipe_file)
     resume = args.resume_from_checkpoint
     if not resume_requested(resume):
         resume = None
     elif resumes_latest(resume):
         resume = True
-    try:  # a resume that cannot continue exactly is refused before its checkpoint loads (guards/generation_resume.py)
-        trainer.train(resume_from_checkpoint=resume)
-    except ConfigError as e:
-        return _one_line(e, show_traceback)
-    trainer.save_model(args.output_dir)
+    with wandb_run.started(args, task.wandb_project, recipe, recipe_file, resume is not None, main_process) as run:
+        try:  # a resume that cannot continue exactly is refused before its checkpoint loads (generation_resume.py)
+            trainer.train(resume_from_checkpoint=resume)
+        except ConfigError as e:
+            return _one_line(e, show_traceback)
+        trainer.save_model(args.output_dir)
+        where = wandb_run.describe(run)
+    if main_process:
+        print("\n".join(console.run_summary(args.output_dir, trainer.state.global_step, where)), flush=True)
     return 0
 
 
@@ -134,10 +159,10 @@ def console_main() -> None:
     anything else trains; exits with main's status."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     argv = sys.argv[1:]
-    if "--dry-run" in argv:  # preflight: check the launch, load nothing (trainer/tools/preflight.py)
+    if DRY_RUN_FLAG in argv:  # preflight: check the launch, load nothing (trainer/tools/preflight.py)
         from trainer.tools.preflight import main as preflight
 
-        sys.exit(preflight([a for a in argv if a != "--dry-run"]))
+        sys.exit(preflight([a for a in argv if a != DRY_RUN_FLAG]))
     set_allocator_conf(argv)  # before main() imports torch: every rank's trainer process starts here
     sys.exit(main())
 

@@ -30,6 +30,10 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
         "write max_prompt_tokens: <n> (prompts longer than n tokens after the chat template are dropped before "
         "training)",
     ),
+    "warmup_ratio": (
+        "is not a field of transformers 5's TrainingArguments, which folded it into warmup_steps",
+        "write warmup_steps: 0.1 (a float in [0, 1) is a ratio of the total steps, an integer a step count)",
+    ),
     "dataset_mixture": (
         "is open-r1's mixture of several datasets, which winnow does not build",
         "concatenate the datasets into one local parquet/jsonl and name it in dataset_name",

@@ -23,7 +23,6 @@ from typing import Any, Sequence
 
 from trl import ModelConfig, get_peft_config, get_quantization_config
 
-from trainer import trl_contact
 from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig
 from trainer.config.dataset_fields import DatasetFields
@@ -73,9 +72,21 @@ class TaskArguments(DatasetFields, EnvTaskFields):
                   "e.g. {path: ..., num_samples: 1000, min_difficulty: 5}. A Hub id or local path takes num_samples, "
                   "shuffle, seed, revision, data_dir, data_files, cache_dir."},
     )
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["math_accuracy"],
-        metadata={"help": "Registered reward functions (rewards/), combined with GRPOConfig.reward_weights."},
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={"help": "Reward functions, combined with GRPOConfig.reward_weights: registered names (rewards/: "
+                  "winnow's, TRL's accuracy_reward, reasoning_accuracy_reward, think_format_reward, "
+                  "get_soft_overlong_punishment, open-r1's accuracy, format), dotted paths module.function (a module "
+                  "file beside the recipe first, then the current directory, then installed packages), or reward "
+                  "models (hub id, local folder) as TRL's GRPOTrainer takes them. Default: [math_accuracy], or none "
+                  "when reward_model_name_or_path is given (as trl grpo)."},
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Reward model id of a pretrained model hosted inside a model repo on huggingface.co or "
+                  "local path to a directory containing model weights saved using `PreTrainedModel.save_pretrained` "
+                  "(as trl grpo: put before reward_funcs; TRL loads it with AutoModelForSequenceClassification, "
+                  "num_labels=1, and its own tokenizer)."},
     )
     reward_timeout: float = field(
         default=2.0,
@@ -109,6 +120,12 @@ class TaskArguments(DatasetFields, EnvTaskFields):
                   "experiment."},
     )
     plot: bool = field(default=True, metadata={"help": "Write metrics.png (reward and entropy per step) at the end."})
+    wandb_project: str | None = field(
+        default=None,
+        metadata={"help": "W&B project of the run (report_to: wandb); default: WANDB_PROJECT, else winnow-rl. The run "
+                  "is named run_name, logs this whole recipe as its config, and a resume continues it "
+                  "(trainer/tools/wandb_run.py)."},
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={"help": "Start over in an output_dir that holds a run: its contents are deleted before training. "
@@ -129,6 +146,9 @@ class TaskArguments(DatasetFields, EnvTaskFields):
                   "go (LD_*, PYTHON*, PATH, *_BASE_URL, *ENDPOINT*, proxies, CA bundles, GIT_*, ...: UNSAFE_ENV in "
                   "trainer/config/recipe_checks.py). Command line only, for a recipe you trust."},
     )
+    # The folder of the --config file, set by parse_recipe: a dotted reward path looks for its module file there
+    # first. Not a recipe field (a recipe cannot say where it lies): recipe.resolved.yaml leaves it out.
+    recipe_dir: str | None = field(default=None, init=False)
     allow_external_checkpoint: bool = field(
         default=False, init=False,
         metadata={"help": "Resume from a checkpoint folder outside output_dir. Resuming unpickles the checkpoint "
@@ -149,7 +169,9 @@ class TaskArguments(DatasetFields, EnvTaskFields):
                 f"must be a mapping (got {self.dataset_kwargs!r})",
                 'pass e.g. \'{"num_samples": 100}\'',
             )
-        if not self.reward_funcs:
+        if self.reward_funcs is None:
+            self.reward_funcs = [] if self.reward_model_name_or_path else ["math_accuracy"]
+        if not self.reward_entries:
             raise RecipeError("reward_funcs", "no reward function given", "name at least one, e.g. [math_accuracy]")
         if self.reward_timeout <= 0:
             raise RecipeError("reward_timeout", f"must be > 0 (got {self.reward_timeout})", "use e.g. 2.0")
@@ -159,6 +181,12 @@ class TaskArguments(DatasetFields, EnvTaskFields):
         if env_rewards and not self.is_env_task:
             raise RecipeError("reward_funcs", f"{env_rewards} need an environment task, not {self.dataset_name!r}",
                               "set dataset_name: sokoban | frozenlake, or use a reward of the dataset's task")
+
+    @property
+    def reward_entries(self) -> list[str]:
+        """What scores completions, in the trainer's order: reward_model_name_or_path first (as trl grpo), then
+        reward_funcs; one reward weight each."""
+        return [self.reward_model_name_or_path] * bool(self.reward_model_name_or_path) + list(self.reward_funcs)
 
     @property
     def is_env_task(self) -> bool:
@@ -190,7 +218,7 @@ drops accelerate's own CalledProcessError traceback that follows the line.
 """
 
 RUN_FIELDS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "model_name_or_path", "import_modules",
-              "launch_processes", "max_steps", "num_train_epochs", "seed", "report_to")
+              "launch_processes", "max_steps", "num_train_epochs", "seed", "report_to", "wandb_project", "run_name")
 # TaskArguments' opt-ins that only the command line may give (see the fields).
 CLI_ONLY = ("allow_unsafe_env", "allow_external_checkpoint")
 CLASSES = (TaskArguments, WinnowConfig, ModelConfig)
@@ -223,6 +251,11 @@ def recipe_parser() -> RecipeParser:
     for name in CLI_ONLY:  # read (and removed) by parse_recipe before argparse runs; declared for --help only
         parser.run_group.add_argument(f"--{name}", f"--{name.replace('_', '-')}", metavar="BOOL",
                                       default=argparse.SUPPRESS, help=f"{helps[name]} (default: false)")
+    # handled by the entry point (trainer/cli/train.py) before argparse runs; declared for --help only
+    parser.run_group.add_argument("--dry-run", action="store_true", default=argparse.SUPPRESS,
+                                  help="Check the launch and print the preflight (trainer/tools/preflight.py): the "
+                                  "recipe, processes, vLLM server, packages, W&B, disk. Loads no weights, trains "
+                                  "nothing; exit status 1 if a check fails.")
     for action in parser._actions:
         if action.dest in stages.STAGE_KINDS:
             action.help = f"{action.help} Choices: {', '.join(stages.available(action.dest))}."
@@ -232,6 +265,8 @@ def recipe_parser() -> RecipeParser:
                            "output_dir has one, else a fresh start (for requeued jobs; a folder holding a run without "
                            "a checkpoint is still refused). A resume trusts the checkpoint: it unpickles "
                            "its files, so a folder outside output_dir needs --allow_external_checkpoint true.")
+        elif action.dest == "run_name":
+            action.help = "The run's name in W&B (and trackio, MLflow, ...); default: the output folder's name."
         elif action.dest == "model_name_or_path":
             action.help = ("The policy: a hub id, a local model folder or an offline alias "
                            f"({', '.join(OFFLINE_MODELS)}; built locally by trainer/tools/assets.py).")
@@ -300,6 +335,7 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
     check_keys(parser, {}, remaining)
     for name, value in opt_ins.items():
         setattr(task, name, value)
+    task.recipe_dir = str(Path(path).resolve().parent) if path else None
     if (cli_values(rest, "dataset_kwargs") is not None and config.get("dataset_kwargs")
             and task.dataset_name == config.get("dataset_name", task.dataset_name)):
         # The command line adds to (or changes keys of) the recipe's mapping instead of replacing it -- unless it
@@ -459,9 +495,11 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
         overlong_buffer_len=task.overlong_buffer_len,
         overlong_penalty_factor=task.overlong_penalty_factor,
     )
-    reward_funcs = [checks.resolve_reward(name, reward_options) for name in task.reward_funcs]
+    reward_funcs = [checks.resolve_reward(name, reward_options, task.recipe_dir, list(OFFLINE_MODELS))
+                    for name in task.reward_entries]
+    reward_funcs = [resolve_model_path(f) if isinstance(f, str) else f for f in reward_funcs]  # offline: aliases
     if not task.is_env_task:  # env rewards read the rollout's episode fields, not dataset columns
-        checks.probe_rewards(reward_funcs, task.reward_funcs, dataset)
+        checks.probe_rewards(reward_funcs, task.reward_entries, dataset)
     return RunInputs(model_path, dataset, tokenizer, reward_funcs, eval_dataset)
 
 
@@ -503,28 +541,19 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
         **env_kwargs,
     )
     quiet_tied_weight_warning(trainer)
-    name_card_base_model(trainer, model_args.model_name_or_path)
+    trainer.card_facts = card_facts(task, model_args)
     return trainer
 
 
-def name_card_base_model(trainer: Any, name: str) -> None:
-    """Make the model card TRL writes name the model the run started from. TRL reads it from the loaded
-    config's path and has no name for a local folder (its card then reads "fine-tuned version of [None]"):
-    an ``offline:`` alias built from a published model names that model, any other local folder its path."""
-    base = OFFLINE_BASE_MODELS.get(name, name)
-    create = trainer.create_model_card
+def card_facts(task: TaskArguments, model_args: ModelConfig):
+    """What the run's model card names (trainer/tools/model_card.py): the model the run started from -- an
+    ``offline:`` alias built from a published model names that model -- and the dataset."""
+    from trainer.data import list_task_datasets
+    from trainer.tools.model_card import CardFacts, hub_dataset_id
 
-    def create_model_card(*a: Any, **k: Any) -> None:
-        config = trainer.model.config
-        with trl_contact.model_name_or_path(config, base):  # read by TRL's create_model_card only; restored at once
-            create(*a, **k)
-        card = Path(trainer.args.output_dir) / "README.md"
-        if trainer.is_world_process_zero() and card.is_file():
-            text = card.read_text()
-            if "[None](https://huggingface.co/None)" in text:
-                card.write_text(text.replace("[None](https://huggingface.co/None)", f"`{name}` (a local model)"))
-
-    trainer.create_model_card = create_model_card
+    name = model_args.model_name_or_path
+    hub_id = hub_dataset_id(task.dataset_name, task.dataset_kwargs, task.dataset_name in list_task_datasets())
+    return CardFacts(name, OFFLINE_BASE_MODELS.get(name, name), task.dataset_name, hub_id)
 
 
 def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):

@@ -250,9 +250,11 @@ def check_field_combinations(task: Any, args: Any, model_args: Any) -> None:
     if args.weight_sync == "lora" and not model_args.use_peft:
         raise RecipeError("weight_sync", "'lora' sends LoRA adapters to the server, but use_peft is false",
                           "set use_peft: true (with lora_r / lora_target_modules), or use weight_sync: auto")
-    if args.reward_weights is not None and len(args.reward_weights) != len(task.reward_funcs):
-        raise RecipeError("reward_weights", f"{len(args.reward_weights)} weights for {len(task.reward_funcs)} reward "
-                          f"functions {task.reward_funcs}", "give one weight per entry of reward_funcs (same order)")
+    entries = task.reward_entries  # reward_model_name_or_path counts (first), as in the trainer
+    if args.reward_weights is not None and len(args.reward_weights) != len(entries):
+        raise RecipeError("reward_weights", f"{len(args.reward_weights)} weights for {len(entries)} reward "
+                          f"functions {entries}", "give one weight per entry of reward_funcs (same order; "
+                          "reward_model_name_or_path first when given)")
     from trainer.config.dataset_fields import is_registered
 
     if (str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no" and not task.is_env_task
@@ -297,27 +299,121 @@ def check_model_loading(args: Any, model_args: Any) -> None:
                           "HF_HUB_OFFLINE on a machine with Hub access")
 
 
-def resolve_reward(name: str, options: dict[str, Any]) -> Callable:
-    """A registered reward by name, or a function by dotted import path (``my_pkg.rewards.fn``, as ``trl grpo``)."""
-    import importlib
+def resolve_reward(name: str, options: dict[str, Any], recipe_dir: str | Path | None = None,
+                   aliases: Sequence[str] = ()) -> Callable | str:
+    """One entry of ``reward_funcs`` (or ``reward_model_name_or_path``) as the trainer takes it, in this order:
 
+    - a registered name (rewards/: winnow's own, TRL's ``trl grpo`` names, open-r1's ``accuracy`` / ``format``);
+    - a reward model -- an ``offline:`` alias, a local folder or a hub id ``org/name``: returned as a string, which
+      TRL's GRPOTrainer loads with AutoModelForSequenceClassification (num_labels=1), checked here like the policy;
+    - a dotted path ``module.function`` (as ``trl grpo``): a module file beside the recipe (``recipe_dir``), then in
+      the current directory, is loaded from that file under a name of its own -- so a user's ``rewards.py`` is not
+      shadowed by winnow's ``rewards`` package, which stays what ``import rewards`` gives -- else the module is
+      imported (installed packages; the current directory is on sys.path, as in ``trl grpo``).
+    """
     import rewards
+    from rewards import foreign
 
+    name = foreign.TRL_DOTTED.get(name, name)  # TRL's accuracy rewards by dotted path: the bare name's reward
     if name in rewards.available():
         return rewards.get_reward(name, **options)
+    if name in foreign.OPEN_R1_NOT_HERE:
+        raise RecipeError(
+            "reward_funcs", f"{name!r} is one of open-r1's reward functions that winnow does not implement; of "
+            f"open-r1's, {' and '.join(foreign.OPEN_R1_NAMES)} are here",
+            f"use one of {', '.join(rewards.available())}, or write it as a function and name it by dotted path "
+            "(my_rewards.fn, a my_rewards.py beside the recipe)",
+        )
+    if is_reward_model(name):
+        check_model_path("reward_funcs", name, aliases)
+        return name
     if "." in name:
-        module_name, attr = name.rsplit(".", 1)
-        try:
-            fn = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise RecipeError("reward_funcs", f"cannot import {name!r} ({e})",
-                              "give a module.function path importable from here, or a registered name") from None
+        fn = _import_reward(name, recipe_dir)
         if callable(fn):
             return fn
+        raise RecipeError("reward_funcs", f"{name!r} is a {type(fn).__name__}, not a function",
+                          "name a function module.function that takes completions and returns one float each")
     raise RecipeError(
         "reward_funcs", f"no reward function named {name!r}",
-        f"use a registered one ({', '.join(rewards.available())}) or a dotted path my_pkg.module.function",
+        f"use a registered one ({', '.join(rewards.available())}), a dotted path my_pkg.module.function, or a reward "
+        "model (hub id org/name, local folder)",
     )
+
+
+def is_reward_model(name: str) -> bool:
+    """Whether a ``reward_funcs`` entry names a model rather than a function: an ``offline:`` alias, a path (an
+    existing folder, or written as one) or a hub id ``org/name`` -- a dotted function path has no ``/``."""
+    return (name.startswith(("offline:", "/", "./", "../", "~")) or "/" in name
+            or Path(name).expanduser().is_dir())
+
+
+def _user_module_file(base: Path, parts: list[str]) -> tuple[Path, Path] | None:
+    """The file of module ``parts[0]`` under ``base`` (``name.py`` or a package ``name/__init__.py``) if the dotted
+    module ``parts`` exists there as files; with the top-level file, the one of the full module."""
+    top = base / f"{parts[0]}.py"
+    if len(parts) == 1 and top.is_file():
+        return top, top
+    package = base / parts[0] / "__init__.py"
+    if not package.is_file():
+        return None
+    tail = base.joinpath(*parts)
+    if (tail.with_suffix(".py")).is_file() or (tail / "__init__.py").is_file() or len(parts) == 1:
+        return package, package
+    return None
+
+
+def _import_reward(name: str, recipe_dir: str | Path | None) -> Any:
+    """The object a dotted reward path names; a module file beside the recipe or in the current directory first
+    (:func:`resolve_reward`)."""
+    import hashlib
+    import importlib
+    import importlib.util
+    import sys
+
+    module_name, attr = name.rsplit(".", 1)
+    parts = module_name.split(".")
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # as `trl grpo` (which prepends it) and import_modules
+    module = None
+    for base in dict.fromkeys(Path(b).resolve() for b in (recipe_dir, os.getcwd()) if b):
+        found = _user_module_file(base, parts)
+        if found is None:
+            continue
+        top_file = found[0]
+        loaded = sys.modules.get(parts[0])
+        if loaded is not None and getattr(loaded, "__file__", None) and Path(loaded.__file__).resolve() == top_file:
+            break  # that file is what `import` gives anyway (e.g. run from the folder of a user's package)
+        # A name of its own, one per file: winnow's `rewards` (or any module of that name) stays in sys.modules, and
+        # two entries of one file share the module. Its folder goes on sys.path so its own sibling imports work.
+        alias = f"winnow_recipe_{parts[0]}_{hashlib.sha1(str(top_file).encode()).hexdigest()[:8]}"
+        try:
+            if alias not in sys.modules:
+                is_package = top_file.name == "__init__.py"
+                spec = importlib.util.spec_from_file_location(
+                    alias, top_file, submodule_search_locations=[str(top_file.parent)] if is_package else None)
+                mod = importlib.util.module_from_spec(spec)
+                if str(base) not in sys.path:
+                    sys.path.append(str(base))
+                sys.modules[alias] = mod
+                try:
+                    spec.loader.exec_module(mod)
+                except BaseException:
+                    del sys.modules[alias]
+                    raise
+            module = importlib.import_module(".".join([alias, *parts[1:]]))
+        except Exception as e:  # noqa: BLE001 -- the user's module failed to import: one line
+            raise RecipeError("reward_funcs", f"cannot import {module_name!r} from {top_file} "
+                              f"({type(e).__name__}: {e})", "fix that module (it is loaded from the file named)"
+                              ) from None
+        break
+    try:
+        if module is None:
+            module = importlib.import_module(module_name)
+        return getattr(module, attr)
+    except (ImportError, AttributeError) as e:
+        raise RecipeError("reward_funcs", f"cannot import {name!r} ({e})",
+                          "give a module.function path importable from here or a module file beside the recipe, or "
+                          "a registered name") from None
 
 
 def check_dataset(dataset: Any, task: Any) -> None:
@@ -338,11 +434,14 @@ def probe_rewards(reward_funcs: Sequence[Callable], names: Sequence[str], datase
     conversational = isinstance(row["prompt"], list)
     completion = [{"role": "assistant", "content": ""}] if conversational else ""
     for name, fn in zip(names, reward_funcs):
+        if isinstance(fn, str):  # a reward model: TRL scores prompt + completion text, no dataset column
+            continue
         try:
             fn(prompts=[row["prompt"]], completions=[completion], completion_ids=[[]], trainer_state=None,
                log_extra=lambda *a, **k: None, log_metric=lambda *a, **k: None, **columns)
         except Exception as e:  # noqa: BLE001 -- any failure here is the recipe's, reported as one line
-            problem = " ".join(str(e).split())[:300]
+            text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)  # KeyError's repr quotes
+            problem = " ".join(text.split())[:400]
             raise RecipeError(
                 "reward_funcs", f"{name!r} cannot score rows of dataset with columns {sorted(row)}: "
                 f"{type(e).__name__}: {problem}",
