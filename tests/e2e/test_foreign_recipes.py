@@ -119,3 +119,16 @@ def test_open_r1_demo_recipe_trains_with_its_rewards_and_reports_to_wandb(tmp_pa
     # open-r1's accuracy and format, under the function names open-r1's own runs log them with (TRL names the metric)
     assert reward_means == ["rewards/accuracy_reward/mean", "rewards/format_reward/mean"], reward_means
     assert list(offline_wandb.glob("offline-run-*")), "report_to: wandb wrote no offline run"
+
+
+def test_docs_table_lists_every_key_of_both_recipes_and_every_refused_key():
+    """docs/recipes.md, "Recipes from TRL and open-r1": a row naming each key the two recipes use, each key winnow
+    refuses from other trainers, and each change this test makes."""
+    from trainer.config.foreign_keys import FOREIGN_KEYS
+
+    doc = (ROOT / "docs" / "recipes.md").read_text().split("## Recipes from TRL and open-r1", 1)[1]
+    rows = [line.split("|")[1] for line in doc.splitlines() if line.startswith("| `")]
+    named = {key.strip() for cell in rows for key in cell.replace("`", "").split(",")}
+    keys = set(_recipe("trl_docs_grpo.yaml")) | set(_recipe("open_r1_config_demo.yaml")) | set(FOREIGN_KEYS)
+    keys |= set(OPEN_R1_CHANGED) | set(CPU_RUN) - {"disable_tqdm", "use_cpu"}
+    assert keys <= named, sorted(keys - named)
