@@ -169,3 +169,33 @@ def test_teacher_under_zero3_engages_the_prefetch_trace(tmp_path, teacher_path):
     assert torch.allclose(got["logps"][0][valid], ref_lp[valid], atol=1e-5)
     assert torch.allclose(got["logps"][1][valid], ref_lp07[valid], atol=1e-5)
     assert torch.allclose(got["entropy"][valid], ref_h[valid], atol=1e-5)
+
+
+def test_trust_remote_code_and_revision_reach_every_teacher_loader(teacher_path, monkeypatch):
+    """The policy's trust_remote_code (GRPOConfig) and teacher_revision reach the teacher's config, tokenizer and
+    weights, as they reach the policy's (a remote-code teacher would otherwise fail to load or prompt)."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, PreTrainedModel
+
+    from trainer.methods.teacher import load_teacher
+
+    seen = []
+    loaders = {cls: cls.from_pretrained.__func__ for cls in (AutoConfig, AutoTokenizer, PreTrainedModel)}
+
+    def recording(cls_key):
+        def load(cls, *a, **k):
+            seen.append((cls_key.__name__, k.get("trust_remote_code"), k.get("revision")))
+            return loaders[cls_key](cls, *a, **k)
+        return classmethod(load)
+
+    for cls in loaders:
+        monkeypatch.setattr(cls, "from_pretrained", recording(cls))
+    args = SimpleNamespace(teacher_model_name_or_path=teacher_path, teacher_revision="main", teacher_dtype="float32",
+                           trust_remote_code=True, cast_lm_head_to_fp32=False)
+    accelerator = SimpleNamespace(state=SimpleNamespace(), prepare_model=lambda model, evaluation_mode: model)
+    student = AutoTokenizer.from_pretrained(teacher_path)
+    seen.clear()
+    load_teacher(args, accelerator, student)
+    assert {name for name, _, _ in seen} == {"AutoConfig", "AutoTokenizer", "PreTrainedModel"}, seen
+    assert all(remote is True and revision == "main" for _, remote, revision in seen), seen

@@ -45,7 +45,8 @@ class TeacherVocabularyError(ValueError):
 
 
 def check_vocabulary(
-    student_tokenizer: Any, teacher_path: str, teacher_config: Any, revision: str | None = None
+    student_tokenizer: Any, teacher_path: str, teacher_config: Any, revision: str | None = None,
+    trust_remote_code: bool = False,
 ) -> None:
     """Refuse a teacher whose tokenizer maps any token differently from the student's, or whose embedding table
     is smaller than the student's vocabulary (its log-probs would be of other tokens). Raises
@@ -60,7 +61,8 @@ def check_vocabulary(
             "tokens; teacher and student must share a tokenizer (e.g. both Qwen3)"
         )
     try:
-        teacher_tokenizer = AutoTokenizer.from_pretrained(teacher_path, revision=revision)
+        teacher_tokenizer = AutoTokenizer.from_pretrained(teacher_path, revision=revision,
+                                                          trust_remote_code=trust_remote_code)
     except (OSError, ValueError):
         return  # a checkpoint without tokenizer files: the embedding-size check above is all we can do
     teacher_vocab = teacher_tokenizer.get_vocab()
@@ -78,9 +80,11 @@ def load_teacher(args: Any, accelerator: Any, student_tokenizer: Any) -> torch.n
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path, revision = args.teacher_model_name_or_path, args.teacher_revision
-    check_vocabulary(student_tokenizer, path, AutoConfig.from_pretrained(path, revision=revision), revision)
+    remote = bool(getattr(args, "trust_remote_code", False))  # the policy's setting (GRPOConfig) covers the teacher
+    config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=remote)
+    check_vocabulary(student_tokenizer, path, config, revision, trust_remote_code=remote)
     dtype = "auto" if args.teacher_dtype == "auto" else getattr(torch, args.teacher_dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=dtype, trust_remote_code=remote)
     if getattr(args, "cast_lm_head_to_fp32", False):
         # TRL casts the policy's and the reference model's heads for this flag; the teacher's head follows. (Scoring
         # runs its head matmul in float32 either way; this keeps the weights themselves unrounded.)
