@@ -24,6 +24,7 @@ from accelerate import PartialState
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer import trl_contact
+from trainer.algorithms.normalisers import BATCH_TOKEN_NORMALISED, ROW_NORMALISED
 from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
 from trainer.config.server import server_url
@@ -56,10 +57,6 @@ from trainer.server.generation import generation_class
 from trainer.server.listeners import pin_nccl_group_to_loopback
 from trainer.tools import model_card
 
-# Loss types whose TRL normaliser counts rows (sequences) rather than tokens: a dropped rollout must also
-# leave the row count. Token-normalised types (dapo, cispo, vespo via num_items_in_batch; bnpo via the
-# local mask sum) lose dropped rollouts through the mask alone.
-ROW_NORMALISED_LOSSES = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
 STAGE_STATE_FILE = "winnow_stage_state.json"  # in each checkpoint folder, next to TRL's own state files
 
 
@@ -298,8 +295,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 trl_contact.buffered_inputs(self),
                 plan,
                 self.accelerator.process_index,
-                row_normalised=self.loss_type in ROW_NORMALISED_LOSSES,
-                token_normalised=self.loss_type in ("dapo", "cispo", "vespo"),
+                row_normalised=self.loss_type in ROW_NORMALISED,
+                token_normalised=self.loss_type in BATCH_TOKEN_NORMALISED,
                 reduce_sum=lambda t: (
                     self.accelerator.reduce(t, reduction="sum") if self.accelerator.num_processes > 1 else t
                 ),
@@ -493,7 +490,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         return self._trl_loss(model, inputs, scale)
 
     def _trl_loss(self, model, inputs: dict[str, Any], scale: Any) -> torch.Tensor:
-        if scale is None or self.loss_type not in ROW_NORMALISED_LOSSES:
+        if scale is None or self.loss_type not in ROW_NORMALISED:  # token-normalised: the mask re-weights alone
             return super()._compute_loss(model, inputs)
         beta = self.beta
         self.beta = beta * float(scale)

@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from trainer.algorithms.normalisers import aggregate, normaliser
+
 # --------------------------------------------------------------------------------------------------------------
 # Versions
 # --------------------------------------------------------------------------------------------------------------
@@ -337,8 +339,8 @@ def model_name_or_path(config: Any, name: str) -> Iterator[None]:
 
 def trl_normalise(trainer: Any, per_token: torch.Tensor, mask: torch.Tensor, inputs: dict[str, Any],
                   training: bool = True) -> torch.Tensor:
-    """TRL 1.16's aggregation of a per-token loss term for ``trainer.loss_type`` (grpo/sapo, dr_grpo, luspo,
-    dapo/cispo/vespo, and bnpo for every other type), gradient accumulation included in training.
+    """TRL 1.16's aggregation of a per-token loss term for ``trainer.loss_type`` (the normaliser table,
+    trainer/algorithms/normalisers.py), gradient accumulation included in training.
 
     Version note: TRL 1.16's ``dapo`` normaliser is the generation batch's token count (``num_items_in_batch``,
     clamped to >= 1) per process, scaled by ``gradient_accumulation_steps / steps_per_generation`` in training.
@@ -346,17 +348,12 @@ def trl_normalise(trainer: Any, per_token: torch.Tensor, mask: torch.Tensor, inp
     process without the accumulation factor: the same ``loss_type`` gives a different loss scale across releases."""
     loss_type = trainer.loss_type
     accum = trainer.current_gradient_accumulation_steps if training else 1  # TRL: no accumulation in eval
-    weighted = per_token * mask
-    if loss_type in ("grpo", "sapo"):  # seq-mean-token-mean
-        return (weighted.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accum
-    if loss_type == "dr_grpo":  # seq-mean-token-sum / max_completion_length
-        return weighted.sum() / (per_token.size(0) * trainer.max_completion_length) / accum
-    if loss_type == "luspo":
-        return weighted.sum(-1).mean() / accum
-    if loss_type in ("dapo", "cispo", "vespo"):  # token-mean over the generation batch's tokens
+    if normaliser(loss_type).divisor == "batch_tokens":  # token mean over the generation batch's tokens
         normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / trainer.accelerator.num_processes
-        return weighted.sum() / (normalizer * accum / trainer.args.steps_per_generation if training else normalizer)
-    return weighted.sum() / mask.sum().clamp(min=1.0) / accum  # bnpo: token-mean of the micro-batch
+        batch_tokens = normalizer * accum / trainer.args.steps_per_generation if training else normalizer
+        return aggregate(per_token, mask, loss_type, max_completion_length=trainer.max_completion_length,
+                         batch_tokens=batch_tokens)
+    return aggregate(per_token, mask, loss_type, max_completion_length=trainer.max_completion_length) / accum
 
 
 def trl_reference_kl(logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor,

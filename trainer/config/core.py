@@ -14,6 +14,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from trainer.algorithms.grpo import STD_KINDS
+from trainer.algorithms.normalisers import ROW_NORMALISED
 from trainer.config import redaction
 from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
@@ -508,7 +509,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
                 f"{self.gradient_accumulation_steps} (a step would span two batches)",
                 "make steps_per_generation a multiple of gradient_accumulation_steps, or use filtered_updates: fixed",
             )
-        if mode == VERL_MINIBATCH and self.loss_type not in ("grpo", "sapo", "dr_grpo", "luspo"):
+        if mode == VERL_MINIBATCH and self.loss_type not in ROW_NORMALISED:
             raise ConfigError(
                 "filtered_updates",
                 f"'verl_minibatch' divides each update by the mini-batch's row count, but loss_type "

@@ -17,11 +17,12 @@ import torch
 
 from trainer import trl_contact
 from trainer.algorithms.losses import clipped_surrogate
+from trainer.algorithms.normalisers import ROW_NORMALISED as ROW_NORMALISED_TYPES
 from trainer.config.errors import ConfigError
 
 # TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
 SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
-ROW_NORMALISED = frozenset({"grpo", "dr_grpo"})  # compaction's winnow_loss_scale applies to these
+ROW_NORMALISED = ROW_NORMALISED_TYPES & set(SUPPORTED_LOSS_TYPES)  # compaction's winnow_loss_scale applies to these
 # TRL features whose interaction with a replaced surrogate is undefined; rejected at config time.
 UNSUPPORTED = {
     "top_entropy_quantile": (1.0, "Beyond-80/20 token masking is a separate baseline"),

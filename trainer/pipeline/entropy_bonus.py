@@ -17,6 +17,7 @@ from typing import Any, Callable
 import torch
 
 from trainer import trl_contact
+from trainer.algorithms.normalisers import ROW_NORMALISED
 
 
 def aggregate_entropy(
@@ -50,6 +51,6 @@ def loss_with_aggregated_entropy(
     if "tool_mask" in inputs:
         mask = mask * inputs["tool_mask"]
     bonus = aggregate_entropy(trainer, captured["entropies"], mask, inputs)
-    if row_scale is not None and trainer.loss_type in ("grpo", "sapo", "dr_grpo", "luspo"):
+    if row_scale is not None and trainer.loss_type in ROW_NORMALISED:
         bonus = bonus * row_scale
     return loss - trainer.entropy_coef * bonus

@@ -40,11 +40,9 @@ import torch
 from accelerate.utils import DistributedType
 
 from trainer import trl_contact
+from trainer.algorithms.normalisers import normaliser
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-# Loss types whose TRL normaliser counts rows, tokens of the micro-batch, or the generation batch's tokens.
-ROW_WEIGHTED = frozenset({"grpo", "sapo", "dr_grpo", "luspo"})
-GLOBAL_NORMALISED = frozenset({"dapo", "cispo", "vespo"})
 # TRL's logged means and what decides their weighting. TRL 1.16's ``global_masked_mean`` averages one value per row
 # (sum / rows) when the metric's tensor has a single column, else over loss tokens (sum / mask.sum()):
 # trl==1.16.0:trl/trainer/grpo_trainer.py:3259-3265, applied at :3267-3288. Each metric's tensor:
@@ -150,11 +148,12 @@ def chunk_weights(trainer: Any, inputs: dict[str, Any], chunk: dict[str, Any]) -
     the policy's)."""
     B, b = inputs["completion_ids"].size(0), chunk["completion_ids"].size(0)
     tokens = max(float(_loss_mask(chunk).sum()), 1.0) / max(float(_loss_mask(inputs).sum()), 1.0)
-    if trainer.loss_type in ROW_WEIGHTED:
+    divisor = normaliser(trainer.loss_type)  # trainer/algorithms/normalisers.py
+    if divisor.counts_rows:
         policy = b / B
-    elif trainer.loss_type in GLOBAL_NORMALISED:
+    elif divisor.divisor == "batch_tokens":  # a constant of the generation batch: each chunk's sum is its share
         policy = 1.0
-    else:  # bnpo: the micro-batch's (clamped) loss-token count
+    else:  # micro_tokens (bnpo): the micro-batch's (clamped) loss-token count
         policy = tokens
     loss_type_bonus = trainer.args.entropy_aggregation == "loss_type" and trainer.args.loss_variant == "none"
     return policy, policy if loss_type_bonus else tokens

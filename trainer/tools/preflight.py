@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from trainer.algorithms import normalisers
 from trainer.config.core import ConfigError
 from trainer.config.redaction import redact_url
 from trainer.tools import memory_estimate as mem
@@ -249,20 +250,6 @@ def check_generation_time(report: Report, est: GenerationEstimate, tp: int, dp: 
                    "vllm_request_timeout")
 
 
-# How TRL 1.16 aggregates each loss_type's per-token losses into one optimizer step's loss (trl/trainer/
-# grpo_trainer.py _compute_loss), in verl's agg_loss vocabulary where one exists.
-AGGREGATION = {
-    "grpo": "per-sequence token mean, averaged over the step's sequences (verl seq-mean-token-mean)",
-    "sapo": "per-sequence token mean, averaged over the step's sequences (verl seq-mean-token-mean)",
-    "bnpo": "token mean over each process's micro-batch, averaged over micro-batches and processes",
-    "dr_grpo": "token sum over the step's sequences / (sequences x max_completion_length)",
-    "dapo": "token mean over the step's tokens on every process (verl token-mean)",
-    "cispo": "token mean over the step's tokens on every process (verl token-mean)",
-    "vespo": "token mean over the step's tokens on every process (verl token-mean)",
-    "luspo": "per-sequence token sum, averaged over the step's sequences (verl seq-mean-token-sum)",
-}
-
-
 def loss_lines(args: Any, rows_per_step: int) -> list[tuple[str, str]]:
     """The preflight's lines on what one optimizer step is: steps per generation batch and their normaliser after
     stages remove rollouts (``filtered_updates``), the loss aggregation (``loss_type``) and the clipping, dual-clip
@@ -276,9 +263,7 @@ def loss_lines(args: Any, rows_per_step: int) -> list[tuple[str, str]]:
                       if mode == "verl_minibatch" else "each the mean over its own rollouts")
         steps = (f"ceil(kept rollouts / {rows_per_step}) of at most {U} per generation batch, {normaliser} "
                  f"(filtered_updates {mode})")
-    aggregation = AGGREGATION.get(args.loss_type, "see TRL's GRPOTrainer._compute_loss")
-    if args.loss_type == "dr_grpo" and getattr(args, "dr_grpo_token_sum", False):
-        aggregation = "per-sequence token sum, averaged over the step's sequences (verl seq-mean-token-sum)"
+    aggregation = normalisers.describe(args.loss_type, getattr(args, "dr_grpo_token_sum", False))
     high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
     dual = (f"dual-clip: the unclipped ratio capped at delta {args.delta:g} (verl clip_ratio_c for A < 0)"
             if args.delta is not None else "no dual-clip (delta unset)")
