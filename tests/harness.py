@@ -281,3 +281,35 @@ def use_vllm_importance_sampling(trainer: Any, mode: str = "token_truncate") -> 
     trainer.vllm_importance_sampling_mode = mode
     trainer._last_loaded_step = trainer.state.global_step
     return trainer
+
+
+# The recipe launch/train.py's tests start from (tests/e2e/test_train_cli.py, test_run_reporting.py): the tiny model on
+# 16 arithmetic prompts, one step of 4 rollouts of 8 tokens on the CPU.
+TRAIN_CLI_RECIPE = {
+    "model_name_or_path": "offline:tiny-qwen3",
+    "dataset_name": "arithmetic",
+    "dataset_kwargs": {"num_samples": 16, "seed": 1},
+    "reward_funcs": ["math_accuracy", "think_format"],
+    "enable_thinking": False,
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,
+    "max_completion_length": 8,
+    "learning_rate": 1e-3,
+    "max_steps": 1,
+    "save_steps": 1,
+    "logging_steps": 1,
+    "use_cpu": True,
+    "bf16": False,
+    "report_to": "none",
+    "disable_tqdm": True,
+    "seed": 0,
+}
+
+
+def typed(value: Any) -> Any:
+    """``value`` with the type of every leaf spelled out: 1 == 1.0 == True in Python, not in a dataset."""
+    if isinstance(value, dict):
+        return {k: typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    return (type(value).__name__, value)

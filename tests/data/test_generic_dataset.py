@@ -10,7 +10,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # before datasets is imported: it reads the 
 
 import datasets  # noqa: E402
 import pytest  # noqa: E402
-from harness import write_rows  # noqa: E402
+from harness import typed, write_rows  # noqa: E402
 
 from trainer.config.dataset_fields import check_dataset_fields, load_generic_inputs  # noqa: E402
 from trainer.config.recipe import TaskArguments, filter_long_prompts  # noqa: E402
@@ -40,15 +40,6 @@ VERL_ROWS = [  # verl's RL parquet (examples/data_preprocess/gsm8k.py): chat pro
      "ability": "math", "reward_model": {"ground_truth": "10", "style": "rule"},
      "extra_info": {"index": 1, "split": "train", "answer": "Weng earns 12/60 = $0.2 per minute... #### 10"}},
 ]
-
-
-def typed(value):
-    """``value`` with the type of every leaf spelled out: 1 == 1.0 == True in Python, not in a dataset."""
-    if isinstance(value, dict):
-        return {k: typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [typed(v) for v in value]
-    return (type(value).__name__, value)
 
 
 def task(name, **fields):

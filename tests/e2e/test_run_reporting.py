@@ -19,31 +19,14 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from harness import TRAIN_CLI_RECIPE
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "launch"))
 
 import train as train_cli  # noqa: E402  (launch/train.py)
 
-RECIPE = {
-    "model_name_or_path": "offline:tiny-qwen3",
-    "dataset_name": "arithmetic",
-    "dataset_kwargs": {"num_samples": 16, "seed": 1},
-    "reward_funcs": ["math_accuracy", "think_format"],
-    "enable_thinking": False,
-    "num_generations": 4,
-    "per_device_train_batch_size": 4,
-    "max_completion_length": 8,
-    "learning_rate": 1e-3,
-    "max_steps": 1,
-    "save_steps": 1,
-    "logging_steps": 1,
-    "use_cpu": True,
-    "bf16": False,
-    "report_to": "wandb",
-    "disable_tqdm": True,
-    "seed": 0,
-}
+RECIPE = {**TRAIN_CLI_RECIPE, "report_to": "wandb"}
 # TRL 1.16 calls these deprecated transformers aliases at every step (trainer/tools/console.py)
 STEP_WARNINGS = ("is_gradient_checkpointing", "gradient_checkpointing_disable", "gradient_checkpointing_enable")
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from harness import write_rows
+from harness import typed, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "launch"))
@@ -36,14 +36,6 @@ def _rows(split: str, n: int) -> list[dict]:
                         {"role": "user", "content": f"{split} question {i}: what is {{x}} + \\boxed{{}}?"}],
              "solution": f"{split}-{i}", "meta": {"level": i, "tags": ["t"] * i, "weight": i / 4},
              "steps": list(range(i)), "hard": i % 2 == 1} for i in range(n)]
-
-
-def _typed(value):
-    if isinstance(value, dict):
-        return {k: _typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_typed(v) for v in value]
-    return (type(value).__name__, value)
 
 
 def test_a_local_parquet_reaches_the_reward_function_intact(tmp_path, monkeypatch, tiny_model):
@@ -79,7 +71,7 @@ def test_a_local_parquet_reaches_the_reward_function_intact(tmp_path, monkeypatc
         for i, prompt in enumerate(call["prompts"]):
             assert isinstance(prompt, list), prompt  # chat messages, never their text
             row = as_written[json.dumps(prompt)]
-            assert _typed({k: v[i] for k, v in call["columns"].items()}) == _typed(
+            assert typed({k: v[i] for k, v in call["columns"].items()}) == typed(
                 {k: v for k, v in row.items() if k != "prompt"})
             seen[row["solution"].split("-")[0]] += 1
     assert seen["train"] >= 4 and seen["test"] == 2 * 4, seen  # one step of 4 rollouts; 2 test prompts x 4
