@@ -105,3 +105,18 @@ def test_launch_scripts_still_run_from_a_checkout(script):
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "--config" in out.stdout
+
+
+def test_the_preflight_outside_a_checkout_is_one_fail_line(tmp_path, monkeypatch, capsys):
+    """`winnow-train --dry-run` from an install without the repository (no launch/vllm_server.py to read the server's
+    command from) says so in one line and fails, instead of an ImportError traceback."""
+    from trainer.tools import preflight
+
+    monkeypatch.setattr(preflight, "REPO", tmp_path)  # a site-packages-like parent without launch/
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model_name_or_path: offline:tiny-qwen3\n")
+    assert preflight.main(["--config", str(recipe)]) == 1
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == ("FAIL --dry-run: the preflight reads launch/vllm_server.py of a winnow-rl checkout, and "
+                    f"{tmp_path} has none (an install from a wheel). Fix: run it from a clone: python launch/train.py "
+                    "--config RECIPE.yaml --dry-run"), last

@@ -37,6 +37,7 @@ import yaml
 
 from trainer.algorithms import normalisers
 from trainer.config.core import ConfigError
+from trainer.config.recipe_parser import RecipeError
 from trainer.config.redaction import redact_url
 from trainer.tools import memory_estimate as mem
 
@@ -162,12 +163,24 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def model_config(name: str) -> tuple[dict | None, str]:
-    """The model's config.json (local folder, HF cache, else the published shape above) and where it came from."""
-    sys.path.insert(0, str(REPO / "launch"))
+def server_launcher() -> Any:
+    """launch/vllm_server.py of this checkout, whose command lines and model reading the preflight reports. It is a
+    script of the repository, not of the installed package: an install without the checkout gets a ConfigError that
+    says so (main prints it as one FAIL line)."""
+    if not (REPO / "launch" / "vllm_server.py").is_file():
+        raise RecipeError("--dry-run", f"the preflight reads launch/vllm_server.py of a winnow-rl checkout, and "
+                          f"{REPO} has none (an install from a wheel)",
+                          "run it from a clone: python launch/train.py --config RECIPE.yaml --dry-run")
+    if str(REPO / "launch") not in sys.path:
+        sys.path.insert(0, str(REPO / "launch"))
     import vllm_server
 
-    config = vllm_server.model_config(name)
+    return vllm_server
+
+
+def model_config(name: str) -> tuple[dict | None, str]:
+    """The model's config.json (local folder, HF cache, else the published shape above) and where it came from."""
+    config = server_launcher().model_config(name)
     if config is not None:
         return config, "config.json"
     if name in KNOWN_CONFIGS:
@@ -279,9 +292,7 @@ def run(argv: list[str]) -> Report:
     from trainer.config.recipe import parse_recipe, resolve_model_path
     from trainer.guards.startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
 
-    sys.path.insert(0, str(REPO / "launch"))
-    import vllm_server
-
+    vllm_server = server_launcher()
     opts, rest = _split_argv(argv)
     report = Report()
     path = _recipe_path(rest)
