@@ -132,3 +132,23 @@ def test_docs_table_lists_every_key_of_both_recipes_and_every_refused_key():
     keys = set(_recipe("trl_docs_grpo.yaml")) | set(_recipe("open_r1_config_demo.yaml")) | set(FOREIGN_KEYS)
     keys |= set(OPEN_R1_CHANGED) | set(CPU_RUN) - {"disable_tqdm", "use_cpu"}
     assert keys <= named, sorted(keys - named)
+
+
+@pytest.mark.parametrize("change, first_line", [
+    ({"attn_implementation": "flash_attention_2"},
+     "error: attn_implementation: flash_attention_2 needs the flash_attn"),
+    ({"push_to_hub": True}, "error: push_to_hub: is true but HF_HUB_OFFLINE is set"),
+])
+def test_open_r1s_gpu_and_hub_settings_are_one_line_before_weights_load(change, first_line, tmp_path, tiny_model,
+                                                                        capsys, monkeypatch):
+    """Two of the named changes are refusals, not preferences: flash-attention without flash-attn would fail at the
+    weight load, a push from an offline machine after training."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    recipe = {"model_name_or_path": tiny_model, "output_dir": str(tmp_path / "run"), **CPU_RUN, **change,
+              "dataset_name": write_rows(POLARIS_LIKE, tmp_path / "polaris.parquet"), "reward_funcs": ["accuracy"],
+              "report_to": "none"}
+    assert train_cli.main(["--config", _write(tmp_path / "r.yaml", recipe)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(first_line)
+    assert not (tmp_path / "run").exists()

@@ -593,16 +593,13 @@ def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_
 
     import datasets
 
+    from trainer.data.generic import quiet_progress
+
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.filter(short_enough)
     before = len(dataset)
-    bars = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()  # a bar on stderr before the run starts would bury a one-line error after it
-    try:
+    with quiet_progress():  # a bar on stderr before the run starts would bury a one-line error after it
         dataset = dataset.filter(short_enough)
-    finally:
-        if bars:
-            datasets.enable_progress_bars()
     logger.info("max_prompt_tokens=%d dropped %d of %d prompts", max_tokens, before - len(dataset), before)
     return dataset
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from trainer.config.recipe_parser import RecipeError
+from trainer.tools import optional
 
 # What makes a folder hold a run (rather than, say, a README a user put there): anything a training run
 # writes that a fresh run would overwrite, append to or rotate away.
@@ -272,10 +273,8 @@ def check_field_combinations(task: Any, args: Any, model_args: Any) -> None:
 def check_quantization(model_args: Any) -> None:
     """``load_in_4bit`` / ``load_in_8bit`` load the policy through bitsandbytes (TRL's get_quantization_config);
     without the package installed they are refused here, not after the tokenizer and dataset loaded."""
-    import importlib.util
-
     for name in ("load_in_4bit", "load_in_8bit"):
-        if getattr(model_args, name, False) and importlib.util.find_spec("bitsandbytes") is None:
+        if getattr(model_args, name, False) and not optional.installed("bitsandbytes"):
             raise RecipeError(name, "quantized loading needs the bitsandbytes package, which is not installed",
                               f"drop {name} (or set it false), or pip install bitsandbytes on a CUDA machine")
 
@@ -283,13 +282,11 @@ def check_quantization(model_args: Any) -> None:
 def check_model_loading(args: Any, model_args: Any) -> None:
     """What would fail only once the weights load or the run ends: flash-attention without its package (transformers
     raises at load) and pushing to the Hub from a machine that is offline (the push fails after training)."""
-    import importlib.util
-
     import huggingface_hub.constants
 
     if model_args.attn_implementation in ("flash_attention_2", "flash_attention_3"):
         package = "flash_attn" if model_args.attn_implementation == "flash_attention_2" else "flash_attn_interface"
-        if importlib.util.find_spec(package) is None:
+        if not optional.installed(package):
             raise RecipeError("attn_implementation", f"{model_args.attn_implementation} needs the {package} package, "
                               "which is not installed", "pip install flash-attn on a CUDA machine, or write "
                               "attn_implementation: sdpa")
