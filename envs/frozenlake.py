@@ -70,7 +70,7 @@ def _has_path(board: np.ndarray, size: int) -> bool:
 def generate_map(size: int, p: float, seed: int) -> tuple[str, ...]:
     """RAGEN's random map for ``seed`` (see the module docstring): the same random draws in the same order as
     upstream's ``generate_random_map`` (board, start, goal; redrawn until start != goal and a path exists)."""
-    from gymnasium.utils import seeding  # an optional dependency (the `envs` extra): imported where it is used
+    from gymnasium.utils import seeding  # optional: gymnasium, the `envs` extra (Sokoban runs without it)
 
     rng, _ = seeding.np_random(operator.index(seed) % 2**64)  # seeding rejects negative seeds
     while True:
@@ -187,7 +187,7 @@ class FrozenLakeEnv(TextEnv):
             # The transition table costs ~1 ms on 8x8; a fixed board (or a repeated map) reuses it.
             slippery = self.success_rate < 1.0
             kwargs = {"success_rate": self.success_rate} if slippery else {}
-            from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv  # the `envs` extra
+            from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv  # optional: the `envs` extra
 
             self._gym = FrozenLakeEnv(desc=list(desc), is_slippery=slippery, **kwargs)
             self._gym_desc = desc

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     if a.eval_dir:
         if not a.teacher:
             p.error("--eval_dir needs --teacher (the frozen teacher that scores the responses)")
-        from score_teacher import main as score_teacher
+        from score_teacher import main as score_teacher  # heavy: TRL and transformers, only for --eval_dir
 
         a.results = str(score_teacher(["--eval_dir", a.eval_dir, "--teacher", a.teacher]))
     elif a.teacher:

@@ -31,10 +31,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+from urllib.parse import urlparse
+
+import yaml
+from huggingface_hub import try_to_load_from_cache
+from packaging.version import InvalidVersion, Version
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))  # trainer.* from a checkout without installing (imported lazily: cheap start)
+    sys.path.insert(0, str(REPO_ROOT))  # trainer.* from a checkout without installing
+
+from trainer.server.listeners import is_loopback  # noqa: E402  (stdlib only: no cost to the launcher's start)
+
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the only values vLLM accepts for --max-lora-rank
 # TRL 1.16 adds --enable-scale-out only from vLLM 0.30.0 (trl/scripts/vllm_serve.py ``build_command``); older servers
 # reject the flag, and pyproject's vllm extra admits 0.22.
@@ -62,8 +70,6 @@ def bind_problem(host: str, allow_from: str) -> str | None:
         return (f"host={host!r} would bind every interface, and anyone who reaches the port could use the dev "
                 "endpoints; bind 127.0.0.1, or this node's address on the job's internal network with allow_from "
                 "(--allow-from) naming the training hosts (docs/security.md)")
-    from trainer.server.listeners import is_loopback  # stdlib only: no cost to the launcher's start
-
     if not is_loopback(host) and not allow_from.strip():
         return (f"host={host!r} is reachable from other machines but allow_from (--allow-from) names no training "
                 "host, so the route guard would admit only loopback; name the training nodes")
@@ -111,8 +117,6 @@ def server_vllm_version(python: str) -> str | None:
 
 def version_flags(vllm_version: str | None) -> list[str]:
     """TRL's version-dependent server flags: ``--enable-scale-out`` from vLLM 0.30.0 on (none when unknown)."""
-    from packaging.version import InvalidVersion, Version
-
     try:
         release = Version(vllm_version).release if vllm_version else ()
     except InvalidVersion:
@@ -187,8 +191,6 @@ def model_config(model: str) -> dict | None:
     path = Path(model).expanduser() / "config.json"
     if not path.is_file():
         try:
-            from huggingface_hub import try_to_load_from_cache
-
             cached = try_to_load_from_cache(model, "config.json")
         except Exception:  # an id the hub library rejects: no cached config to read
             cached = None
@@ -222,7 +224,7 @@ def tensor_parallel_problem(config: dict, tp: int) -> str | None:
             f"{best} ({tp - best} of the {tp} GPUs stay free: vLLM takes no data parallelism for dense models)")
 
 
-def _shell_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
+def shell_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     """One copy-pasteable shell line: ``K=V ... argv``."""
     prefix = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
     return " ".join(prefix + [shlex.join(argv)])
@@ -317,6 +319,7 @@ def wait_ready(base_url: str, timeout: float, process=None) -> float:
     """Poll ``GET {base_url}/health`` until it answers 200 (trainer/server/client.py's bounded wait, each probe within
     ``PROBE_TIMEOUT``); return the seconds waited. Raises ServerStartError when ``timeout`` passes or ``process``
     (a Popen) exits first."""
+    # heavy: torch, through trainer.server.client; the launcher itself starts in milliseconds
     from trainer.server.client import GenerationServerError, wait_for_server
 
     start = time.monotonic()
@@ -352,7 +355,7 @@ def start_server(model: str, *, log_path: str, wait_timeout: float = 180.0, **bu
     base_url = f"http://{host}:{port}"
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {_shell_line(argv, added)}\n".encode())
+        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {shell_line(argv, added)}\n".encode())
         log.flush()
         offset = log.tell()  # the error shows only this run's lines, not an earlier run's in the same file
         # New session: the server and every process it forks share one group that stop() can kill at once.
@@ -361,7 +364,7 @@ def start_server(model: str, *, log_path: str, wait_timeout: float = 180.0, **bu
                                      stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as e:
             raise ServerStartError(f"cannot run {argv[0]} ({e}) for the vLLM server on port {port}; pass --python "
-                                   f"(python=) an interpreter with vLLM\ncommand: {_shell_line(argv, added)}",
+                                   f"(python=) an interpreter with vLLM\ncommand: {shell_line(argv, added)}",
                                    elapsed=0.0) from None
     server = ServerProcess(pid=popen.pid, base_url=base_url, log_path=str(log_path), popen=popen)
     try:
@@ -378,7 +381,7 @@ def start_server(model: str, *, log_path: str, wait_timeout: float = 180.0, **bu
         died = f", exit code {e.returncode}" if e.returncode is not None else ", still running (stopped)"
         raise ServerStartError(
             f"vLLM server on port {port} not ready after {e.elapsed:.1f} s{died}: {e}\n"
-            f"command: {_shell_line(argv, added)}\nlog {log_path} (last {LOG_TAIL_LINES} lines):\n{tail}{hint}",
+            f"command: {shell_line(argv, added)}\nlog {log_path} (last {LOG_TAIL_LINES} lines):\n{tail}{hint}",
             returncode=e.returncode, elapsed=e.elapsed, log_tail=tail) from None
     return server
 
@@ -391,12 +394,10 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _settings_from_recipe(path: str) -> dict:
+def settings_from_recipe(path: str) -> dict:
     """Server settings from a recipe YAML: model, port, max_model_len (absent when the recipe bounds neither the prompt
     nor the context), lora_rank, wait (the recipe's vllm_server_timeout: how long its trainer waits for the server),
     tensor_parallel_size (its vllm_server_tensor_parallel_size: the GPUs its timeouts were sized for)."""
-    import yaml
-
     if not Path(path).is_file():
         _fail(f"--config: no such file {path}; pass an existing recipe YAML (e.g. configs/grpo/qwen3-4b-dapo17k.yaml)")
     try:
@@ -408,16 +409,14 @@ def _settings_from_recipe(path: str) -> dict:
     out: dict = {}
     if recipe.get("model_name_or_path"):
         name = str(recipe["model_name_or_path"])
-        if name.startswith("offline:"):  # importing trainer.config.recipe costs seconds (TRL), only when needed
-            from trainer.config.recipe import resolve_model_path
+        if name.startswith("offline:"):
+            from trainer.config.recipe import resolve_model_path  # heavy: TRL (seconds), only for an alias
 
             name = resolve_model_path(name)
         out["model"] = name
     if recipe.get("vllm_server_port") is not None:
         out["port"] = int(recipe["vllm_server_port"])
     elif recipe.get("vllm_server_base_url"):  # TRL prefers the base URL over host/port when it is set
-        from urllib.parse import urlparse
-
         out["port"] = urlparse(str(recipe["vllm_server_base_url"])).port or 8000
     if recipe.get("vllm_max_model_length") is not None:
         out["max_model_len"] = int(recipe["vllm_max_model_length"])
@@ -427,7 +426,7 @@ def _settings_from_recipe(path: str) -> dict:
         prompt = recipe.get("max_prompt_length", recipe.get("max_prompt_tokens"))
         completion = recipe.get("max_completion_length")
         if completion is None:
-            from trl import GRPOConfig
+            from trl import GRPOConfig  # heavy: TRL (seconds), only when the recipe leaves it out
 
             completion = GRPOConfig.max_completion_length  # the dataclass field's default, read from TRL
         out["max_model_len"] = int(prompt) + int(completion)
@@ -444,7 +443,7 @@ def _settings_from_recipe(path: str) -> dict:
     if recipe.get("weight_sync") == "lora":
         rank = recipe.get("lora_r")
         if rank is None:
-            from trl import ModelConfig
+            from trl import ModelConfig  # heavy: TRL (seconds), only when the recipe leaves it out
 
             rank = ModelConfig.lora_r
         out["lora_rank"] = int(rank)
@@ -512,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = bind_problem(args.host, args.allow_from)
     if problem:
         _fail(problem)
-    settings = _settings_from_recipe(args.config) if args.config else {}
+    settings = settings_from_recipe(args.config) if args.config else {}
     if args.config and not args.max_model_len and "max_model_len" not in settings:
         _fail(f"--config {args.config} bounds neither prompts nor the context, so the server's --max-model-len would "
               "be a guess and a longer request would fail mid-run; set max_prompt_tokens (single-turn: longer prompts "
@@ -567,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         _fail(f"{e}; fix the matching flag or recipe field")
     if args.dry_run:
-        print(_shell_line(command, added))  # env additions + command, one copy-pasteable line
+        print(shell_line(command, added))  # env additions + command, one copy-pasteable line
         return 0
 
     # SIGTERM (srun/scancel/kill) becomes KeyboardInterrupt from here on, so the server's group is stopped

@@ -37,6 +37,8 @@ from collections import Counter
 from fractions import Fraction
 from typing import Any
 
+from envs.parsing import parse_turn
+
 from .math_rewards import completion_text, strip_think
 from .registry import register_reward
 
@@ -213,8 +215,6 @@ def make_ragen_countdown(score: float = 1.0, format_score: float = 0.1, format_p
     ``<think>…</think><answer>A</answer>`` (envs/parsing.py; the think prefill is in front when ``think_prefill`` is
     on) is no action: ``format_penalty`` only, never the equation's score. Otherwise the first ``||``-separated
     part of A is scored 0 / ``format_score`` / ``score`` as :func:`score_equation` (no penalty)."""
-    from envs.parsing import parse_turn
-
     score, format_score, format_penalty = float(score), float(format_score), float(format_penalty)
 
     def ragen_countdown(prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float]:

@@ -27,6 +27,7 @@ other names (:data:`OPEN_R1_NOT_HERE`) are refused with the names that exist.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from .registry import register_lazy_reward, register_reward
@@ -150,9 +151,7 @@ def format_reward(completions, **kwargs) -> list[float]:
 
 
 def _trl_think_format():
-    import functools
-
-    from trl.rewards import think_format_reward as trl_think_format
+    from trl.rewards import think_format_reward as trl_think_format  # lazy: register_lazy_reward (not on import)
 
     @functools.wraps(trl_think_format)  # its name (the metric's) and __wrapped__
     def think_format_reward(completions, **kwargs) -> list[float]:
@@ -163,7 +162,7 @@ def _trl_think_format():
 
 
 def _trl_soft_overlong():
-    from trl.rewards import get_soft_overlong_punishment
+    from trl.rewards import get_soft_overlong_punishment  # lazy: register_lazy_reward (not on import)
 
     return get_soft_overlong_punishment(max_completion_len=TRL_OVERLONG_MAX_COMPLETION_LEN,
                                         soft_punish_cache=TRL_OVERLONG_SOFT_PUNISH_CACHE)

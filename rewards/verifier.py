@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -457,11 +459,8 @@ def _worker_main(parent_pid: int) -> None:
     out_fd = os.dup(1)
     os.dup2(2, 1)  # stray prints from libraries go to stderr and can never corrupt the protocol
     try:  # die with the parent even while stuck in a C call that a Python-level check could not interrupt
-        import ctypes
-        import signal
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-        import resource
+        import resource  # optional: POSIX only (the except below)
 
         resource.setrlimit(resource.RLIMIT_AS, (_WORKER_MEMORY, _WORKER_MEMORY))
     except Exception:  # noqa: BLE001 - not Linux: rely on atexit and stdin EOF
@@ -471,6 +470,7 @@ def _worker_main(parent_pid: int) -> None:
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # "timeout disabled" warnings: we time out here
     # open-r1's equations=True warns on every call that the parser handles equations itself now
     logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
+    # lazy: only the worker processes grade; the trainer process that imports this module never loads sympy
     from latex2sympy2_extended import NormalizationConfig
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 

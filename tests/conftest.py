@@ -85,6 +85,7 @@ def tiny_model() -> str:
 TIER_BY_FOLDER = {
     "algorithms": "unit", "environments": "unit", "reward_functions": "unit", "data": "unit", "eval": "unit",
     "config": "unit", "contracts": "unit",
+    "loss": "integration",
     "methods": "integration", "pipeline": "integration", "grpo_trainer": "integration", "rollout": "integration",
     "gpu": "integration", "verifier": "integration",
     "server": "e2e", "distributed": "e2e", "e2e": "e2e",

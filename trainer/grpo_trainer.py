@@ -5,15 +5,15 @@ batch from every process into a :class:`RolloutBatch`, runs filter -> dropout ->
 rank computes the same decision), and hands TRL's loss its share: the kept rollouts re-dealt over ranks
 (trainer/pipeline/compaction.py) or, with ``compact_batch=False``, its own rows with dropped rollouts masked -- out of
 the loss *and* its normaliser either way. Empty optimizer steps are skipped (trainer/guards/empty_steps.py); the
-collapse detector (trainer/methods/collapse_detector.py) scores the unfiltered batch on schedule. No formula
-lives here.
+methods that are not stages act through the hooks they register (trainer/pipeline/hooks.py), and the loss is
+computed at one seam with its differences from TRL's as arguments (trainer/loss/). No formula and no method lives
+here.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 from accelerate import PartialState
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import get_last_checkpoint, rotate_checkpoints
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer import trl_contact
@@ -33,20 +35,10 @@ from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from trainer.guards.numerics import NonFiniteGuard, NonFiniteStepCallback
 from trainer.guards.rewards import RewardGuard
 from trainer.guards.startup_checks import check_before_load, cuda_usable, weight_sync_kind
-from trainer.methods.collapse_detector import CollapseDetector
-from trainer.methods.dynamic_sampling import DynamicSampler
-from trainer.methods.low_success_stop import LowSuccessStop, LowSuccessStopCallback
-from trainer.methods.reward_variance_stop import (
-    EvaluateBeforeTrainingCallback,
-    RewardVarianceStop,
-    RewardVarianceStopCallback,
-    mean_group_reward_std,
-)
-from trainer.methods.teacher import load_teacher, score_tokens
-from trainer.pipeline import stages, trained_batch_metrics
+from trainer.loss.call import LossCall
+from trainer.pipeline import hooks, stages, trained_batch_metrics
 from trainer.pipeline.batch import RolloutBatch, gather_padded
 from trainer.pipeline.compaction import compact
-from trainer.pipeline.entropy_bonus import loss_with_aggregated_entropy
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
 from trainer.pipeline.rank_balance import round_robin_counts
 from trainer.pipeline.step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, optimizer_steps, redeal
@@ -58,6 +50,28 @@ from trainer.server.listeners import pin_nccl_group_to_loopback
 from trainer.tools import model_card
 
 STAGE_STATE_FILE = "winnow_stage_state.json"  # in each checkpoint folder, next to TRL's own state files
+
+# Every method of TRL's GRPOTrainer / HF Trainer this class overrides, with why (one line each). The two seams are
+# _generate_and_score_completions (the generation batch in) and _compute_loss (the loss out); the rest is named
+# here so that none is added without a reason (tests/contracts/test_no_runtime_patches.py checks the list).
+OVERRIDES = {
+    "__init__": "launch checks before weights load; builds the stages, the method hooks and the guards",
+    "create_model_card": "the card names the base model, the method and the dataset",
+    "_tokenize_prompts": "RAGEN's think prefill after the generation prompt",
+    "_calculate_rewards": "a failing reward function stops every rank; prefilled replies scored with the prefill",
+    "_generate_and_score_completions": "seam 1: the generation batch, gathered, through the stage pipeline",
+    "training_step": "micro-batches of an all-dropped step run no forward; loss time apart from generation",
+    "_prepare_inputs": "a new generation batch's kept rows dealt to their optimizer steps; empty steps counted",
+    "_compute_loss": "seam 2: the loss with its LossCall (trainer/loss/), chunked under micro_batch_tokens",
+    "_get_per_token_logps_and_entropies": "TRL's no-grad passes over token-budget chunks, and their token counts",
+    "_generate": "timing_s/generation without the weight sync inside it",
+    "_get_output_dir": "the staging folder while a checkpoint is written (atomic checkpoints)",
+    "_save_checkpoint": "the stages' and hooks' state in the checkpoint, published by one rename",
+    "_save": "training_args.bin written with the secrets redacted",
+    "_push_from_checkpoint": "the args pickled for a hub push written with the secrets redacted",
+    "train": "a resume that cannot continue a generation batch exactly is refused before weights load",
+    "_load_optimizer_and_scheduler": "restores the stages', hooks' and TRL's micro-step state on resume",
+}
 
 
 class WinnowGRPOTrainer(GRPOTrainer):
@@ -100,7 +114,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         generation = trl_contact.vllm_generation(self)
         if callable(getattr(generation, "sync_weights", None)):
             generation.sync_weights = self._timer.wrap("weight_sync", generation.sync_weights)
-        self._global_rewards_per_func: torch.Tensor | None = None
+        self.global_rewards_per_func: torch.Tensor | None = None  # (N, reward functions), all processes
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
         self._empty_steps = EmptyStepGuard(args.empty_batch_stop_steps) if stages.can_remove_rollouts(args) else None
         if self._empty_steps is not None:
@@ -108,37 +122,19 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._numerics = NonFiniteGuard() if args.skip_nonfinite_steps else None
         if self._numerics is not None:
             self.add_callback(NonFiniteStepCallback(self, self._numerics))
-        self._rv_stop = None
-        # RAGEN's reward-variance collapse stop (trainer/methods/reward_variance_stop.py)
-        if args.reward_variance_stop_steps > 0:
-            self._rv_stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
-            per_batch = generation_resume.micro_steps_per_batch(args)  # TRL's counter decides when it generates
-            self.add_callback(RewardVarianceStopCallback(
-                self._rv_stop, lambda: trl_contact.micro_step(self) % per_batch == 0))
-        self._low_success = None
-        # RAGEN's low-validation-success stop (trainer/methods/low_success_stop.py)
-        if args.low_success_stop_steps > 0:
-            self._low_success = LowSuccessStop(args.low_success_stop_steps, args.low_success_stop_threshold)
-            micro_steps = generation_resume.micro_steps_per_batch(args)
-            self.add_callback(LowSuccessStopCallback(
-                self._low_success, lambda: trl_contact.micro_step(self) % micro_steps == 0,
-                lambda: self._empty_steps is not None and self._empty_steps.consecutive_empty_generations > 0))
-        if args.val_before_train:
-            self.add_callback(EvaluateBeforeTrainingCallback(self))
-        self._collapse = CollapseDetector(args, trl_contact.tokenizer(self)) if args.collapse_detection else None
-        self._dynamic = DynamicSampler(self) if args.dynamic_sampling else None
-        # The frozen teacher exists only when a configured stage scores with it (off means off).
-        self._teacher = (
-            load_teacher(args, self.accelerator, trl_contact.tokenizer(self))
-            if "teacher" in self._stage_needs else None
-        )
+        # The methods that are not stages (DAPO's dynamic sampling, RAGEN's collapse probe and stops, the frozen
+        # teacher), each built by the hook it registered (trainer/pipeline/hooks.py): this class names none of them.
+        self._hooks: dict[str, Any] = {}
+        for hook in hooks.configured_hooks(args):
+            built = hook.build(self)
+            if built is not None:
+                self._hooks[hook.key] = built
         # Each configured stage's own state (Stage.state), handed to it as batch.stage_state[key].
         self._stage_states = {s.state_key: s.state(args) for s in self._stages if s.state is not None}
         # Everything checkpointed in STAGE_STATE_FILE, by its key there (one protocol: stages.Checkpointed).
-        guards = (("empty_steps", self._empty_steps), ("collapse", self._collapse),
-                  ("dynamic_sampling", self._dynamic), ("numerics", self._numerics),
-                  ("reward_variance_stop", self._rv_stop), ("low_success_stop", self._low_success))
+        guards = (("empty_steps", self._empty_steps), ("numerics", self._numerics))
         self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
+        self._checkpointed.update({k: obj for k, obj in self._hooks.items() if isinstance(obj, stages.Checkpointed)})
         self._checkpointed.update(self._stage_states)
         # TRL's micro-step counter, so generation boundaries survive a resume (trainer/guards/generation_resume.py)
         self._checkpointed[generation_resume.STATE_KEY] = generation_resume.GenerationCursor(self)
@@ -170,10 +166,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
         think prefill, single-turn replies are scored with it in front (the multi-turn rollout parses its own)."""
         if self.args.think_prefill and self.rollout_func is None:
             completions = with_prefill(completions, THINK_PREFILL)
-        with self._phase("reward"):
+        with self.phase("reward"):
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._reward_guard.raise_if_failed(self.accelerator)
-        self._global_rewards_per_func = rewards_per_func
+        self.global_rewards_per_func = rewards_per_func
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -184,62 +180,47 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if not self.model.training:
             return output
         initial_keep = None
-        if self._dynamic is not None:  # DAPO: replace constant-reward groups by newly generated ones
-            output, initial_keep = self._dynamic_fill(output, marks)
+        for method in self._at("after_generation"):  # e.g. DAPO: constant-reward groups replaced by new ones
+            output, initial_keep = method.after_generation(self, output, marks)
         step = self.state.global_step + 1
-        if self._collapse is not None and self._collapse.due(step):
-            # On the unfiltered batch, before any stage removes rollouts (RAGEN's order).
-            with self._phase("collapse_check"):
-                traces = self._collapse.batch_traces(self, output)
-                for name, value in self._collapse.check(self, traces, step).items():
-                    trl_contact.metrics(self)[f"collapse/{name}"].append(value)
+        for method in self._at("before_pipeline"):  # the unfiltered batch (RAGEN's collapse probe)
+            method.before_pipeline(self, output, step)
         batch = self._build_rollout_batch(output, initial_keep)
-        with self._phase("stage_pipeline"):
+        with self.phase("stage_pipeline"):
             decision = stages.run_pipeline(batch, self.args)
         self._add_loss_inputs(output, batch)
         trained_batch_metrics.table_advantages(trl_contact.completion_logs(self), decision.advantages, batch.mask)
-        with self._phase("stage_pipeline"):
+        with self.phase("stage_pipeline"):
             self._apply_decision(output, decision)
         if self._generation is not None:
             empty = not bool((decision.keep & batch.trainable).any())
             self._generation = (empty, self._generation[1])
         for name, value in decision.metrics.items():
             trl_contact.metrics(self)[name].append(value)
-        if self._rv_stop is not None and bool(decision.keep.any()):  # upstream counts non-empty iterations only
-            weights = self.reward_weights.to(self._global_rewards_per_func.device)
-            rewards = (self._global_rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
-            value = mean_group_reward_std(rewards, self.num_generations)
-            self._rv_stop.observe(value)
-            trl_contact.metrics(self)["reward_variance_stop/mean_group_reward_std"].append(value)
+        for method in self._at("after_decision"):  # e.g. RAGEN's reward-variance stop
+            method.after_decision(self, decision)
         return output
 
-    def _dynamic_fill(self, output: dict[str, Any], marks: dict[str, int]):
-        """DAPO's fill (trainer/methods/dynamic_sampling.py), then TRL's per-round metrics and completions table
-        made to describe the trained batch (trainer/pipeline/trained_batch_metrics.py).
-        Returns (this rank's batch, initial keep)."""
-        N = self._global_rewards_per_func.shape[0]
-        snapshots = [trained_batch_metrics.table_snapshot(trl_contact.completion_logs(self), N)]
+    # --- what the method hooks use (trainer/pipeline/hooks.py) ---------------------------------------------
 
-        def generate(refill):
-            out = super(WinnowGRPOTrainer, self)._generate_and_score_completions(refill)
-            snapshots.append(trained_batch_metrics.table_snapshot(trl_contact.completion_logs(self), N))
-            return out
+    def hook(self, key: str) -> Any | None:
+        """The object the method hook ``key`` built for this run, or None when the config does not turn it on."""
+        return self._hooks.get(key)
 
-        output, keep, metrics = self._dynamic.fill(output, generate)
-        for name, value in metrics.items():
-            trl_contact.metrics(self)[f"dynamic_sampling/{name}"].append(value)
-        if self._dynamic.last_sources is not None:  # the batch was assembled: relog it, rebuild the table
-            acc, pad = self.accelerator, trl_contact.pad_token_id(self)
-            tool = output.get("tool_mask")
-            kept = (
-                torch.ones(N, dtype=torch.bool, device=self._global_rewards_per_func.device) if keep is None else keep
-            )
-            trained_batch_metrics.relog_rounds(
-                self, marks, kept, gather_padded(acc, output["completion_ids"], pad),
-                gather_padded(acc, output["completion_mask"]), None if tool is None else gather_padded(acc, tool))
-            logs = trl_contact.completion_logs(self)
-            trained_batch_metrics.rebuild_table(logs, snapshots, self._dynamic.last_sources)
-        return output, keep
+    def _at(self, point: str) -> list[Any]:
+        return [obj for obj in self._hooks.values() if callable(getattr(obj, point, None))]
+
+    def generate_and_score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """TRL's generation and scoring of ``inputs`` alone, no stage pipeline (collective): DAPO's refills."""
+        return super()._generate_and_score_completions(inputs)
+
+    def last_generation_was_empty(self) -> bool:
+        """Whether the latest generation batch had nothing to train on (stages removed every rollout)."""
+        return self._empty_steps is not None and self._empty_steps.consecutive_empty_generations > 0
+
+    def phase(self, name: str):
+        """Time a training phase as ``timing_s/<name>`` (evaluation passes are not a training step's time)."""
+        return self._timer.phase(name) if self.model.training else nullcontext()
 
     def training_step(self, model, inputs, num_items_in_batch):
         """:meth:`_training_step`, its time outside ``_prepare_inputs`` (generation and scoring) logged as
@@ -306,13 +287,16 @@ class WinnowGRPOTrainer(GRPOTrainer):
         return trl_contact.current_micro_batch(self)
 
     def _compute_loss(self, model, inputs):
-        """The configured loss variant (``none`` = TRL's loss, see :meth:`trl_compute_loss`)."""
+        """The loss seam: the configured loss variant (``none`` = TRL's loss) on this micro-batch with its
+        :class:`LossCall` (trainer/loss/call.py) -- over token-budget chunks with ``micro_batch_tokens``
+        (trainer/pipeline/token_budget.py) -- and its logged metrics reduced once."""
         fn = stages.get_stage("loss_variant", self.args.loss_variant).fn
+        call = self._loss_call(inputs)
         if self.args.micro_batch_tokens is not None and model.training and torch.is_grad_enabled():
             # token-budget chunks, each forward + backward, weighted to this loss (trainer/pipeline/token_budget.py)
-            loss = chunked_loss(self, model, inputs, fn, self.accelerator.backward)
+            loss = chunked_loss(self, model, inputs, fn, self.accelerator.backward, call)
         else:
-            loss = fn(self, model, inputs)
+            loss = fn(self, model, inputs, call)
             if model.training and torch.is_grad_enabled():  # what the row micro-batch's forward paid for
                 metrics = trl_contact.metrics(self)
                 metrics["tokens/padded_loss"].append(
@@ -321,9 +305,25 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 metrics["tokens/real_loss"].append(
                     float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
                 )
+        call.recorder.flush(self.accelerator, trl_contact.metrics(self, "train" if self.model.training else "eval"))
         if self._numerics is not None and model.training:
             self._numerics.observe_loss(self, loss)
         return loss
+
+    def _loss_call(self, inputs: dict[str, Any]) -> LossCall:
+        """What this micro-batch's loss differs from TRL's by. The row scale: batch compaction's ``N / N_kept``
+        (``winnow_loss_scale``: TRL divides grpo/sapo/dr_grpo/luspo losses by the micro-batch's rows, so training on
+        the kept rollouts alone would multiply the loss by it; trainer/pipeline/compaction.py), times
+        ``max_completion_length`` under ``dr_grpo_token_sum`` (verl's seq-mean-token-sum is TRL's dr_grpo without its
+        division by that constant); token-normalised losses need none (the mask re-weights alone). The entropy
+        bonus aggregated like the policy term: RAGEN's (verl's), ``entropy_aggregation: loss_type``
+        (trainer/loss/trl_loss.py)."""
+        scale = inputs.get("winnow_loss_scale")
+        if self.args.dr_grpo_token_sum:
+            scale = self.max_completion_length * (1.0 if scale is None else scale)
+        aggregate = (self.args.entropy_aggregation == "loss_type" and self.args.loss_variant == "none"
+                     and trl_contact.entropy_bonus_enabled(self))
+        return LossCall(row_scale=scale if self.loss_type in ROW_NORMALISED else None, aggregate_entropy=aggregate)
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **kwargs):
@@ -335,7 +335,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
                            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
         name = "ref_logps" if model is getattr(self, "ref_model", None) else "old_logps"
         metrics = trl_contact.metrics(self) if self.model.training else None
-        with self._phase(name):
+        with self.phase(name):
             if self.args.micro_batch_tokens is None or compute_aux_loss or any(v is not None for v in kwargs.values()):
                 if metrics is not None:
                     metrics[f"tokens/padded_{name}"].append(float(input_ids.numel()))
@@ -355,10 +355,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 sync = self._timer.seconds.get("weight_sync", 0.0) - synced
                 self._timer.seconds["generation"] += time.perf_counter() - start - sync
 
-    def _phase(self, name: str):
-        """Time a training phase (evaluation passes are not a training step's time)."""
-        return self._timer.phase(name) if self.model.training else nullcontext()
-
     def _get_output_dir(self, trial):
         """Trainer's run folder -- or, while a checkpoint is being written, its staging folder."""
         run_dir = super()._get_output_dir(trial)
@@ -369,8 +365,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
         EMAs, dynamic-sampling refills), written to a staging folder and published by one rename when every
         process is done (trainer/guards/atomic_checkpoint.py): a kill during a save never leaves a checkpoint that
         looks complete but is not."""
-        from transformers.trainer_utils import rotate_checkpoints
-
         run_dir = super()._get_output_dir(trial)
         name = f"checkpoint-{self.state.global_step}"
         staged = atomic_checkpoint.staged_path(run_dir, name)
@@ -416,8 +410,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
             return
         best = atomic_checkpoint.published_best(run_dir, self.state.best_global_step, self.state.best_model_checkpoint)
         if best != self.state.best_model_checkpoint:
-            from transformers.trainer import TRAINER_STATE_NAME
-
             self.state.best_model_checkpoint = best
             if self.args.should_save:  # transformers wrote the state with the staging path: write it again
                 self.state.save_to_json(os.path.join(staged, TRAINER_STATE_NAME))
@@ -428,8 +420,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
         refused first, before any weight is loaded (trainer/guards/generation_resume.py)."""
         checkpoint = resume_from_checkpoint
         if isinstance(checkpoint, bool) and checkpoint:  # HF Trainer's own resolution of True
-            from transformers.trainer_utils import get_last_checkpoint
-
             checkpoint = get_last_checkpoint(self.args.output_dir)
         if checkpoint:
             generation_resume.check_resumable(self.args, self.accelerator.num_processes, checkpoint, STAGE_STATE_FILE)
@@ -471,33 +461,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
                     output[key] = t[rows, :T] if t.dim() >= 2 else t[rows]
 
     def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
-        """TRL's ``_compute_loss`` with dropped rollouts also out of row-count normalisers.
-
-        TRL divides grpo/sapo/dr_grpo/luspo losses by the number of rows B in the micro-batch. Training on
-        the kept rollouts alone would divide by the kept count instead, i.e. multiply the loss by
-        ``N / N_kept`` (global counts; equal micro-batches). The policy term is linear in the advantage
-        and the KL term linear in beta, so scaling both by that factor gives exactly that loss, while
-        TRL's entropy bonus and logged metrics -- means over the already-masked tokens -- stay as they are.
-        ``dr_grpo_token_sum`` puts ``max_completion_length`` into the same factor: verl's seq-mean-token-sum is
-        TRL's dr_grpo without its division by that constant.
-        """
-        scale = inputs.get("winnow_loss_scale")
-        if self.args.dr_grpo_token_sum:  # verl's seq-mean-token-sum: undo TRL's constant 1 / max_completion_length
-            scale = self.max_completion_length * (1.0 if scale is None else scale)
-        if self.args.entropy_aggregation == "loss_type" and trl_contact.entropy_bonus_enabled(self):
-            # RAGEN's (verl's) entropy bonus, aggregated like the policy term (trainer/pipeline/entropy_bonus.py)
-            return loss_with_aggregated_entropy(self, inputs, lambda: self._trl_loss(model, inputs, scale), scale)
-        return self._trl_loss(model, inputs, scale)
-
-    def _trl_loss(self, model, inputs: dict[str, Any], scale: Any) -> torch.Tensor:
-        if scale is None or self.loss_type not in ROW_NORMALISED:  # token-normalised: the mask re-weights alone
-            return super()._compute_loss(model, inputs)
-        beta = self.beta
-        self.beta = beta * float(scale)
-        try:
-            return super()._compute_loss(model, {**inputs, "advantages": inputs["advantages"] * scale})
-        finally:
-            self.beta = beta
+        """TRL's own ``_compute_loss``, unchanged: the ``none`` loss variant where nothing of winnow changes the loss
+        (``LossCall.plain``), and the evaluation loss of the surrogate-replacing variants."""
+        return super()._compute_loss(model, inputs)
 
     def _build_rollout_batch(self, output: dict[str, Any], keep: torch.Tensor | None = None) -> RolloutBatch:
         """Gather what the stages need from every process (collective: every rank calls it). ``keep`` is the
@@ -512,14 +478,14 @@ class WinnowGRPOTrainer(GRPOTrainer):
         computed: dict[str, Any] = {}  # this rank's rows of every needed input (stages.register_input)
         for spec in stages.input_providers(self._stage_needs):
             # timed only when it runs: a phase that did not run logs no key
-            with self._phase(spec.phase) if spec.phase else nullcontext():
+            with self.phase(spec.phase) if spec.phase else nullcontext():
                 computed.update(spec.compute(self, output, self._stage_needs, computed))
         rows = {k: v for k, v in computed.items() if not k.startswith("_")}
         old_logps, entropies = rows.pop("old_logps", None), rows.pop("entropies", None)
         extras: dict[str, Any] = {"global_step": self.state.global_step, "max_steps": self.state.max_steps}
         extras.update({k: gather_rows(v) for k, v in rows.items() if v is not None})
         return RolloutBatch(
-            R_k=self._global_rewards_per_func,
+            R_k=self.global_rewards_per_func,
             reward_weights=self.reward_weights.to(completion_mask.device),
             reward_names=list(self.reward_func_names),
             G=self.num_generations,
@@ -532,13 +498,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
             stage_state=self._stage_states,
         )
 
-    def teacher_inputs(self, output: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """The ``teacher`` row input (stages.py): :meth:`_teacher_scores`, whose old-policy log-probs at the
-        sampling temperature (the same forward as T = 1) are left for ``old_logps`` to reuse, not gathered."""
-        scores = self._teacher_scores(output)
-        scores["_old_logps_sampling_t"] = scores.pop("old_logps_sampling_t")
-        return scores
-
     def old_policy_inputs(self, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):
         """The ``old_logps`` and ``entropies`` row inputs (stages.py): the teacher pass's sampling-temperature
         log-probs when they are the policy's and no entropy is needed, else :meth:`_old_policy_logps`."""
@@ -549,30 +508,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
             return {"old_logps": sampling_t}
         old_logps, entropies = self._old_policy_logps(output, need_entropy="entropies" in needs)
         return {"old_logps": old_logps, "entropies": entropies}
-
-    def _teacher_scores(self, output: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Teacher log-probs and full-vocabulary entropy, and the old policy's log-probs, at T = 1 on this rank's
-        rows (collective under ZeRO-3: every rank runs the same number of forwards). The student pass happens
-        before this batch's first update, so the current policy *is* the old one."""
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        T = output["completion_ids"].shape[1]
-        common = dict(chunk_tokens=self.args.teacher_chunk_tokens, micro_batch_size=self.args.teacher_micro_batch_size,
-                      token_budget=self.args.micro_batch_tokens, accelerator=self.accelerator)
-        start = time.perf_counter()
-        teacher = score_tokens(self._teacher, input_ids, attention_mask, T, with_entropy=True, **common)
-        seconds = time.perf_counter() - start
-        student = score_tokens(
-            self.model, input_ids, attention_mask, T, temperatures=(1.0, self.temperature), **common
-        )
-        metrics = trl_contact.metrics(self)
-        metrics["teacher/score_seconds"].append(seconds)
-        metrics["teacher/forwards"].append(float(teacher["forwards"]))
-        metrics["tokens/padded_teacher"].append(float(teacher["padded"]))  # the student's T = 1 pass pays the same
-        metrics["tokens/real_teacher"].append(float(teacher["real"]))
-        metrics["teacher/peak_memory_mb"].append(_peak_memory_mb(input_ids.device))
-        return {"teacher_logps": teacher["logps"][0], "teacher_entropy": teacher["entropy"],
-                "old_logps_t1": student["logps"][0], "old_logps_sampling_t": student["logps"][1]}
 
     def _old_policy_logps(self, output: dict[str, Any], need_entropy: bool):
         """Old-policy per-token log-probs (and entropies) at the sampling temperature, local rows.
@@ -663,13 +598,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
         output[KEPT_KEY] = decision.keep[rows].clone()
         counts = tuple(int(c) for c in decision.keep.view(world, B).sum(dim=1))
         self._generation = (False, DealPlan(counts=counts, micro_rows=B // S, **plan))
-
-
-def _peak_memory_mb(device: torch.device) -> float:
-    """Peak accelerator memory (CUDA) or, on CPU, the process's peak resident set size, in MB."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 @contextmanager

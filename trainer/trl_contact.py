@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from trainer.algorithms.normalisers import aggregate, normaliser
 
@@ -47,7 +49,7 @@ def tested_ranges(pyproject: Path = PYPROJECT) -> dict[str, str]:
     """``{name: specifier}`` of every requirement in pyproject.toml (dependencies and optional extras); from the
     installed package's metadata when the source tree's pyproject.toml is not there (a wheel install)."""
     try:
-        import tomllib  # Python >= 3.11
+        import tomllib  # optional: Python >= 3.11 only
     except ImportError:  # Python 3.10: the installed metadata carries the same requirements
         tomllib = None
     if pyproject.is_file() and tomllib is not None:
@@ -74,9 +76,6 @@ def installed_version(distributions: tuple[str, ...]) -> str | None:
 
 def version_problem(name: str, installed: str, spec: str) -> str | None:
     """One line naming the package, its installed version and the tested range, or None when it is inside."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import Version
-
     if not spec or SpecifierSet(spec).contains(Version(installed), prereleases=True):
         return None
     return (f"{name} {installed} is installed, but winnow-rl's private contacts with it (trainer/trl_contact.py) "
@@ -164,35 +163,10 @@ def per_token_logps_and_entropies(trainer: Any, *args: Any, **kwargs: Any) -> An
     return trainer._get_per_token_logps_and_entropies(*args, **kwargs)
 
 
-@contextmanager
-def intercepted_logps(trainer: Any, spy: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
-    """Within the block, TRL's calls to ``trainer._get_per_token_logps_and_entropies`` go through
-    ``spy(original)`` (an instance attribute shadowing the method); restored after, also on error."""
-    patched = trainer.__dict__.get("_get_per_token_logps_and_entropies")
-    trainer._get_per_token_logps_and_entropies = spy(trainer._get_per_token_logps_and_entropies)
-    try:
-        yield
-    finally:
-        if patched is None:
-            del trainer._get_per_token_logps_and_entropies  # back to the class method
-        else:
-            trainer._get_per_token_logps_and_entropies = patched
-
-
 def entropy_bonus_enabled(trainer: Any) -> bool:
     """Whether TRL's ``_compute_loss`` adds its entropy bonus (``_entropy_bonus_enabled``: ``entropy_coef != 0`` or
     the adaptive entropy controller)."""
     return trainer._entropy_bonus_enabled
-
-
-@contextmanager
-def entropy_bonus_off(trainer: Any) -> Iterator[None]:
-    """Within the block, TRL's ``_compute_loss`` adds no entropy bonus; the flag is restored after, also on error."""
-    enabled, trainer._entropy_bonus_enabled = trainer._entropy_bonus_enabled, False
-    try:
-        yield
-    finally:
-        trainer._entropy_bonus_enabled = enabled
 
 
 def training_dataloader(trainer: Any, description: str, sampler_fn: Callable[..., Any]) -> Any:
@@ -222,7 +196,7 @@ def generation_class(cls: type) -> Iterator[None]:
 
     Why a swap of the module attribute: TRL 1.16 constructs the generation backend inside ``GRPOTrainer.__init__``
     by the name it imported, with no factory argument. The swap lasts for the block (the constructor) only."""
-    import trl.trainer.grpo_trainer as grpo_module
+    import trl.trainer.grpo_trainer as grpo_module  # heavy: this module is imported where no trainer is (preflight)
 
     original = grpo_module.VLLMGeneration
     grpo_module.VLLMGeneration = cls
@@ -308,6 +282,7 @@ def fused_head_tile() -> tuple[int, int]:
     (trl/kernels/chunked_logprob.py ``TOKEN_CHUNK_SIZE``, trl/trainer/utils.py ``_CHUNKED_LOGPROB_CHUNK_SIZE``).
     Imported lazily: the preflight that calls it loads no trainer."""
     try:
+        # heavy: the preflight that calls it loads no trainer
         from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
         from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
     except ImportError:  # another TRL: its 1.16 values

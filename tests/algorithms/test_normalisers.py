@@ -59,6 +59,8 @@ def test_the_derived_sets_and_the_preflight_words():
 # Literal collections of loss types that are not a normaliser, each with its reason.
 ALLOWED = {
     "trainer/methods/surrogate.py": "SUPPORTED_LOSS_TYPES: the loss types whose policy term is the clipped surrogate",
+    "trainer/loss/trl_loss.py": "PPO_CLIPPED: TRL's loss types with PPO's clipped surrogate (a surrogate, not a "
+                                "normaliser)",
 }
 
 

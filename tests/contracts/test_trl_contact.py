@@ -24,16 +24,8 @@ CONTACT = ROOT / "trainer" / "trl_contact.py"
 # Our own private attributes reached from another of our modules, each with its owner. Keyed by the access alone
 # (not the file) so that moving a module keeps its entry.
 OWN_PRIVATES = {
-    "converted._validate_winnow",  # WinnowConfig's own validators (config)
-    "converted._validate_checkpoint_alignment",
-    "t._global_rewards_per_func",  # set by WinnowGRPOTrainer (dynamic sampling)
-    "trainer._global_rewards_per_func",  # (trained-batch metrics)
-    "self.timer._optimizer_start",  # PhaseTimer, same module
-    "vllm_server._settings_from_recipe",  # launch/vllm_server.py helpers (preflight)
-    "vllm_server._shell_line",
     "getattr(self, '_staging')",  # WinnowGRPOTrainer's own flag
     # argparse's internals (stdlib, not a training library): the recipe parser's option groups
-    "parser._actions",
     "argparse._ArgumentGroup",
     "self._optionals._group_actions",
     "group._group_actions",

@@ -267,10 +267,10 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         rollout_func=rollout_func,
     )
     teacher_calls: list[int] = []  # (local completion width) per teacher forward on this rank
-    if trainer._teacher is not None:
+    if trainer.hook("teacher") is not None:
         from trainer.methods.teacher import _core
 
-        core = _core(trainer._teacher)
+        core = _core(trainer.hook("teacher").model)
         core.base_model.register_forward_pre_hook(
             lambda mod, a, kw: teacher_calls.append(int(kw["input_ids"].shape[1])), with_kwargs=True
         )
@@ -305,16 +305,17 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         "longest_row": max(int((b["prompt_mask"].sum(1) + b["completion_mask"].sum(1)).max())
                            for b in trainer._buffered_inputs),
     }
-    if trainer._teacher is not None:
+    if trainer.hook("teacher") is not None:
         from trainer.methods.teacher import _core, score_tokens
 
         record["teacher_calls"] = list(teacher_calls)
         fixed = score_tokens(
-            trainer._teacher, FIXED_IDS, torch.ones_like(FIXED_IDS), 6, with_entropy=True, accelerator=acc
+            trainer.hook("teacher").model, FIXED_IDS, torch.ones_like(FIXED_IDS), 6, with_entropy=True, accelerator=acc
         )
         record["teacher_fixed_scores"] = (fixed["logps"][0], fixed["entropy"])
+        teacher_params = _core(trainer.hook("teacher").model).parameters()
         record["teacher_partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel)
-                                         for p in _core(trainer._teacher).parameters() if hasattr(p, "ds_tensor")]
+                                         for p in teacher_params if hasattr(p, "ds_tensor")]
     if deepspeed:
         params = list(acc.unwrap_model(trainer.model).parameters())
         record["partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel) for p in params if hasattr(p, "ds_tensor")]

@@ -169,7 +169,7 @@ def test_server_gpus_come_from_the_recipe(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model_name_or_path: Qwen/Qwen3-8B\nmax_prompt_tokens: 100\n"
                       "vllm_server_tensor_parallel_size: 4\n")
-    assert vs._settings_from_recipe(str(recipe))["tensor_parallel_size"] == 4
+    assert vs.settings_from_recipe(str(recipe))["tensor_parallel_size"] == 4
     for extra, want in (((), "4"), (("--tensor-parallel-size", "2"), "2")):
         out = _cli("--config", str(recipe), "--device", "gpu", "--python", sys.executable, "--dry-run", *extra)
         assert out.returncode == 0, out.stderr
@@ -185,11 +185,11 @@ def test_recipe_defaults_come_from_trl(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model_name_or_path: Qwen/Qwen3-0.6B\nmax_prompt_tokens: 1000\n"
                       "vllm_server_base_url: http://127.0.0.1:8555\nweight_sync: lora\n")
-    settings = vs._settings_from_recipe(str(recipe))
+    settings = vs.settings_from_recipe(str(recipe))
     assert settings == {"model": "Qwen/Qwen3-0.6B", "port": 8555,
                         "max_model_len": 1000 + GRPOConfig.max_completion_length, "lora_rank": ModelConfig.lora_r}
     recipe.write_text("model_name_or_path: Qwen/Qwen3-0.6B\nmax_completion_length: 100\n")
-    assert "max_model_len" not in vs._settings_from_recipe(str(recipe))  # no guess (tests/gpu/test_gpu_recipes.py)
+    assert "max_model_len" not in vs.settings_from_recipe(str(recipe))  # no guess (tests/gpu/test_gpu_recipes.py)
 
 
 @pytest.mark.parametrize("args,flag", [
@@ -297,7 +297,7 @@ def test_server_waits_as_long_as_the_recipes_trainer(fake, tmp_path, monkeypatch
     monkeypatch.setenv("FAKE_VLLM_MODE", "unhealthy")
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"model_name_or_path: {model}\nmax_prompt_tokens: 100\nvllm_server_timeout: 2\n")
-    assert vs._settings_from_recipe(str(recipe))["wait"] == 2.0
+    assert vs.settings_from_recipe(str(recipe))["wait"] == 2.0
     t0 = time.monotonic()
     out = _cli("--config", str(recipe), "--device", "cpu", "--python", python, "--port", str(_free_port()),
                "--log-file", str(tmp_path / "s.log"))

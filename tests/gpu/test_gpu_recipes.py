@@ -80,7 +80,7 @@ def longest_first_prompt(task: str, env_kwargs: str, settings: str, levels: int 
 @pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: str(p.relative_to(REPO / "configs")))
 def test_server_context_is_bounded_explicitly(path):
     r = recipe(path)
-    settings = vs._settings_from_recipe(str(path))
+    settings = vs.settings_from_recipe(str(path))
     assert "max_model_len" in settings, "no prompt bound: set max_prompt_tokens or vllm_max_model_length"
     if r["dataset_name"] in ENV_TASKS:
         episode = dict(max_turns=r["max_turns"], max_actions_per_turn=r["max_actions_per_turn"],
@@ -107,7 +107,7 @@ def test_timeouts_cover_one_generation_batch(path):
     if not (r.get("use_vllm") and r.get("vllm_mode") == "server"):
         pytest.skip("not server mode")
     rollouts = r["per_device_train_batch_size"] * r["launch_processes"] * r["steps_per_generation"]
-    tokens = vs._settings_from_recipe(str(path))["max_model_len"]
+    tokens = vs.settings_from_recipe(str(path))["max_model_len"]
     gpus = r.get("vllm_server_tensor_parallel_size", 1)
     seconds = rollouts * tokens / (GENERATION_TOKENS_PER_S_PER_GPU * gpus)
     request, ddp = r.get("vllm_request_timeout", 600), r.get("ddp_timeout", 1800)

@@ -107,7 +107,7 @@ def test_cross_scores_match_a_direct_forward_and_metrics_are_logged(tiny_model, 
     columns = [(1, 2, 3), (4, 5, 6, 7, 8), (9,)]
     sampled = [Trace(columns[0], (11, 12)), Trace(columns[1], (13, 14, 15, 16)), Trace(columns[2], (17,))]
     pairs = [(n, j) for n in range(3) for j in range(3)]
-    sums, counts = tr._collapse._score(tr, sampled, columns, pairs)
+    sums, counts = tr.hook("collapse")._score(tr, sampled, columns, pairs)
     model = tr.accelerator.unwrap_model(tr.model)
     for i, (n, j) in enumerate(pairs):
         assert counts[i] == len(sampled[n].reasoning)

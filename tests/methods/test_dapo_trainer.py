@@ -70,7 +70,7 @@ def test_constant_groups_are_replaced_until_the_batch_is_mixed(tiny_model, tmp_p
     assert [n > 1 for n in gen_batches] == [r < 1 for r in first_mixed]  # refills exactly when a group was constant
     assert max(gen_batches) >= 2, "the data has all-correct groups, so some step needed a refill"
     assert sum(gen_batches) == len(reward.calls)  # one reward call per generated batch: the count is honest
-    assert tr._dynamic.refills_drawn == sum(gen_batches) - len(gen_batches)
+    assert tr.hook("dynamic_sampling").refills_drawn == sum(gen_batches) - len(gen_batches)
     for batch in seen:
         assert batch.N == ROWS and bool(batch.keep.all())  # a full batch, nothing to drop downstream
         assert bool(mixed_groups(batch.R_k[:, 0], 4).all())  # only mixed groups reach the loss
@@ -128,7 +128,7 @@ def test_vespo_token_is_merged_rows_keep_the_phi_of_their_round(tiny_model, tmp_
     padded with 0, phi is ~0), and the step logs TRL's phi mean of those rows."""
     tr = use_vllm_importance_sampling(build(tiny_model, tmp_path, Recorder(), rollout_func=NarrowRefills(),
                                             max_steps=1, loss_type="vespo"))
-    rounds, trained, fill = [], [], tr._dynamic.fill
+    rounds, trained, fill = [], [], tr.hook("dynamic_sampling").fill
 
     def recording_fill(output, generate):
         rounds.append(dict(output))
@@ -141,9 +141,9 @@ def test_vespo_token_is_merged_rows_keep_the_phi_of_their_round(tiny_model, tmp_
         trained.append(dict(local))
         return local, keep, metrics
 
-    tr._dynamic.fill = recording_fill
+    tr.hook("dynamic_sampling").fill = recording_fill
     tr.train()
-    batch, sources = trained[0], tr._dynamic.last_sources
+    batch, sources = trained[0], tr.hook("dynamic_sampling").last_sources
     assert len(rounds) >= 2 and sources is not None  # rows of several rounds
     assert batch["importance_sampling_ratio"].shape == batch["completion_ids"].shape  # token-level ratios
     want = torch.stack([vespo_phi(rounds[int(s) // ROWS])[int(s) % ROWS] for s in sources])
@@ -203,9 +203,9 @@ def test_refill_stream_resumes_where_it_stopped(tiny_model, tmp_path):
     """The number of refill batches drawn is checkpointed (winnow_stage_state.json); a trainer restored from it
     continues the refill stream instead of replaying it."""
     a = build(tiny_model, tmp_path / "a", Recorder())
-    drawn = [[row["answer"] for row in a._dynamic._next_refill()] for _ in range(3)]
+    drawn = [[row["answer"] for row in a.hook("dynamic_sampling")._next_refill()] for _ in range(3)]
     assert drawn[0] != drawn[1]
     b = build(tiny_model, tmp_path / "b", Recorder())
-    b._dynamic.load_state_dict({"refills_drawn": 2})
-    assert [row["answer"] for row in b._dynamic._next_refill()] == drawn[2]
+    b.hook("dynamic_sampling").load_state_dict({"refills_drawn": 2})
+    assert [row["answer"] for row in b.hook("dynamic_sampling")._next_refill()] == drawn[2]
     assert b._stage_state()["dynamic_sampling"] == {"refills_drawn": 3}

@@ -137,7 +137,7 @@ def test_all_filtered_steps_change_nothing_and_stop_training(tiny_model, tmp_pat
 def test_filter_off_adds_no_step_logic(tiny_model, tmp_path):
     """Off means off: without a filter or dropout the trainer installs no empty-step guard or callback."""
     tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path)
-    assert tr._empty_steps is None and tr._collapse is None
+    assert tr._empty_steps is None and tr.hook("collapse") is None
 
 
 def test_entropy_scores_request_entropies_only_when_needed():
@@ -199,13 +199,13 @@ def test_stage_state_survives_a_checkpoint(tiny_model, tmp_path):
     first = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, max_steps=2, **common)
     first.train()
     assert first._empty_steps.consecutive_empty_generations == 1
-    ema = dict(first._collapse._ema)
-    assert ema and first._collapse._next_due == 3
+    ema = dict(first.hook("collapse")._ema)
+    assert ema and first.hook("collapse")._next_due == 3
 
     resumed = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, max_steps=6, **common)
     loaded = []
-    original = resumed._collapse.load_state_dict
-    resumed._collapse.load_state_dict = lambda state: (loaded.append(state), original(state))
+    original = resumed.hook("collapse").load_state_dict
+    resumed.hook("collapse").load_state_dict = lambda state: (loaded.append(state), original(state))
     resumed.train(resume_from_checkpoint=str(tmp_path / "WinnowGRPOTrainer" / "checkpoint-2"))
     # without the restored counter the run would stop only at step 4 (two new empty steps)
     assert resumed.state.global_step == 3, "one restored + one new empty step must stop training"

@@ -147,7 +147,7 @@ def test_outside_stage_trains_one_step_as_computed_by_hand(tiny_model, tmp_path,
     odd_group = [int(first[i]) % 2 == 1 for i in range(0, ROWS, 4)]
     keep = torch.tensor([g for g in odd_group for _ in range(4)])
     assert 0 < sum(odd_group) < len(odd_group), "this batch must exercise the filter"
-    R = tr._global_rewards_per_func.double().sum(dim=1)  # both reward weights are 1
+    R = tr.global_rewards_per_func.double().sum(dim=1)  # both reward weights are 1
     expected = torch.where(keep, hand_advantages(R, 4) / (1 + calls_before), 0.0)
     # TRL shuffles the generation batch before the micro-batch: find each micro-batch row in the generated batch.
     rows = [row_of(inputs, i, output) for i in range(ROWS)]

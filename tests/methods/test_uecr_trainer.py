@@ -45,7 +45,7 @@ def build(tiny_model, tmp_path, teacher=None, **overrides):
 
 def test_no_teacher_stage_loads_no_teacher(tiny_model, tmp_path):
     tr = build(tiny_model, tmp_path, teacher="/nonexistent/teacher", max_steps=1)  # would fail if it were loaded
-    assert tr._teacher is None
+    assert tr.hook("teacher") is None
     tr.train()
     keys = {k for h in tr.state.log_history for k in h}
     assert not any(k.startswith(("teacher/", "uecr/")) for k in keys)  # absent, not zero
@@ -62,7 +62,7 @@ def test_teacher_stage_without_teacher_fails_fast(tmp_path):
 
 def test_teacher_is_frozen_and_scores_align_with_the_sampled_ids(tiny_model, tmp_path, teacher_path):
     tr = build(tiny_model, tmp_path, teacher=teacher_path, advantage="uecr")
-    teacher = tr._teacher
+    teacher = tr.hook("teacher").model
     assert not teacher.training and not any(p.requires_grad for p in teacher.parameters())
     outputs: list = []
     seen = spy_batches(tr, outputs)
@@ -162,11 +162,11 @@ def test_empty_completion_scores_zero_with_unit_weights(tmp_path):
 def test_every_teacher_method_trains_and_logs(tiny_model, tmp_path, teacher_path, advantage, loss_variant):
     tr = build(tiny_model, tmp_path, teacher=teacher_path, advantage=advantage, loss_variant=loss_variant, max_steps=2,
                advantage_std="population", advantage_eps=1e-6)
-    before = {n: p.detach().clone() for n, p in tr._teacher.named_parameters()}
+    before = {n: p.detach().clone() for n, p in tr.hook("teacher").model.named_parameters()}
     tr.train()
     steps = [h for h in tr.state.log_history if "loss" in h]
     assert len(steps) == 2 and all(math.isfinite(h["loss"]) for h in steps)
     assert all(h["teacher/forwards"] >= 1 and h["teacher/score_seconds"] > 0 for h in steps)
     if advantage == "uecr":
         assert all(h["uecr/w_std"] > 0 and h["uecr/decomposition_error"] < 1e-9 for h in steps)
-    assert all(torch.equal(before[n], p) for n, p in tr._teacher.named_parameters())
+    assert all(torch.equal(before[n], p) for n, p in tr.hook("teacher").model.named_parameters())

@@ -108,7 +108,7 @@ def test_teacher_scores_with_a_token_budget_equal_row_batches_and_plain_forwards
 
 
 def test_teacher_scoring_in_the_trainer_uses_the_budget(tiny_model, tmp_path, teacher_path):
-    """``_teacher_scores`` passes ``micro_batch_tokens``: the same teacher / student scores as the row micro-batches
+    """The teacher scorer passes ``micro_batch_tokens``: the same teacher / student scores as the row micro-batches
     (``teacher_micro_batch_size``), fewer padded tokens logged."""
     args = WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "per_device_train_batch_size": 12,
                                                      "temperature": 0.7, "advantage": "uecr",
@@ -121,10 +121,10 @@ def test_teacher_scoring_in_the_trainer_uses_the_budget(tiny_model, tmp_path, te
     output = {"prompt_ids": ids[:, :P], "prompt_mask": mask[:, :P], "completion_ids": ids[:, P:],
               "completion_mask": mask[:, P:]}
     metrics = tr._metrics["train"]
-    got = tr._teacher_scores(output)
+    got = tr.hook("teacher").scores(tr, output)
     tr.args.micro_batch_tokens = None
     try:
-        want = tr._teacher_scores(output)
+        want = tr.hook("teacher").scores(tr, output)
     finally:
         tr.args.micro_batch_tokens = BUDGET
     real = mask[:, P:].bool()
@@ -157,7 +157,7 @@ def long_tailed_traces() -> BatchTraces:
 def test_collapse_cross_scores_and_mi_with_a_token_budget_equal_row_batches_and_plain_forwards(tiny_model, tmp_path,
                                                                                               monkeypatch):
     tr = collapse_trainer(tiny_model, tmp_path, micro_batch_tokens=BUDGET)
-    detector, batch = tr._collapse, long_tailed_traces()
+    detector, batch = tr.hook("collapse"), long_tailed_traces()
     forwards = []
     trl_forward = tr._get_per_token_logps_and_entropies
 

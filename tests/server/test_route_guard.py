@@ -64,9 +64,9 @@ def test_recipe_weight_folder_confines_the_reloads(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("model_name_or_path: Qwen/Qwen3-0.6B\nmax_prompt_tokens: 100\nweight_sync: disk\n"
                       f"output_dir: {tmp_path / 'run'}\n")
-    assert vs._settings_from_recipe(str(recipe))["weights_dir"] == str(tmp_path / "run" / "weight_sync")
+    assert vs.settings_from_recipe(str(recipe))["weights_dir"] == str(tmp_path / "run" / "weight_sync")
     recipe.write_text(recipe.read_text() + "weight_sync_server_dir: /mnt/shared/sync\n")
-    assert vs._settings_from_recipe(str(recipe))["weights_dir"] == "/mnt/shared/sync"
+    assert vs.settings_from_recipe(str(recipe))["weights_dir"] == "/mnt/shared/sync"
 
 
 # ------------------------------------------------------------------------------------------- the guard itself

@@ -24,12 +24,19 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Literal, get_args
 
 import torch
 
-SURPRISAL_BASES = ("mean", "sum")
-DELETE_KINDS = ("positive", "negative", "both")
-RECENTER_MODES = ("prob_weighted", "mean", "none")
+# The options of WinnowConfig's dropout_* fields (their types): the one list of each; the tuples are derived.
+SurprisalBasis = Literal["mean", "sum"]
+DeleteKind = Literal["positive", "negative", "both"]
+RecenterMode = Literal["prob_weighted", "mean", "none"]
+Selector = Literal["paper", "balanced_push", "balanced_push_neg"]  # trainer/methods/grpodropout.py picks the rule
+ZeroPushGroups = Literal["keep_all", "random_min_keep"]
+SURPRISAL_BASES: tuple[str, ...] = get_args(SurprisalBasis)
+DELETE_KINDS: tuple[str, ...] = get_args(DeleteKind)
+RECENTER_MODES: tuple[str, ...] = get_args(RecenterMode)
 
 
 def _as64(advantages: torch.Tensor, surprisal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,9 +10,12 @@ their group's statistics and get advantage 0, exactly as TRL does.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 
-STD_KINDS = ("unbiased", "population")
+StdKind = Literal["unbiased", "population"]  # WinnowConfig.advantage_std's type: the one list of options
+STD_KINDS: tuple[str, ...] = get_args(StdKind)
 SCALE_KINDS = ("group", "batch", "none")
 
 

@@ -29,10 +29,12 @@ Choices where the sources leave room:
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 
-SCORE_METRICS = (
+# The options of WinnowConfig's snr_* fields (their types): the one list of each; the tuples are derived.
+ScoreMetric = Literal[
     "reward_variance",
     "reward_std",
     "reward_sum",
@@ -41,11 +43,16 @@ SCORE_METRICS = (
     "entropy_variance",
     "entropy_std",
     "length",
-)
-STRATEGIES = ("top_p", "top_k", "top_k_abs", "min_p")
-TOP_P_MODES = ("linear", "softmax")
-KEEP_MODES = ("largest", "smallest")
-LOSS_SCALING = ("none", "linear", "sqrt")
+]
+Strategy = Literal["top_p", "top_k", "top_k_abs", "min_p"]
+TopPMode = Literal["linear", "softmax"]
+KeepMode = Literal["largest", "smallest"]
+LossScaling = Literal["none", "linear", "sqrt"]
+SCORE_METRICS: tuple[str, ...] = get_args(ScoreMetric)
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
+TOP_P_MODES: tuple[str, ...] = get_args(TopPMode)
+KEEP_MODES: tuple[str, ...] = get_args(KeepMode)
+LOSS_SCALING: tuple[str, ...] = get_args(LossScaling)
 
 ZERO_TOL = 1e-10  # |score| <= ZERO_TOL counts as a zero-signal group (released code's constant)
 

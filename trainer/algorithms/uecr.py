@@ -24,13 +24,18 @@ Conventions shared by every function:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
-DIRECTIONS = ("tanh", "clip")
-CONFIDENCES = ("exp", "inverse")
-PROJECTION_NORMS = ("one_plus_mean", "max")
+# The options of WinnowConfig's uecr_direction / uecr_confidence / uecr_projection_norm (their types); the tuples
+# are derived.
+Direction = Literal["tanh", "clip"]
+Confidence = Literal["exp", "inverse"]
+ProjectionNorm = Literal["one_plus_mean", "max"]
+DIRECTIONS: tuple[str, ...] = get_args(Direction)
+CONFIDENCES: tuple[str, ...] = get_args(Confidence)
+PROJECTION_NORMS: tuple[str, ...] = get_args(ProjectionNorm)
 
 
 # ------------------------------------------------------------------------------------------- helpers

@@ -30,6 +30,10 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+
+from trainer.config.redaction import redact_url
+
 logger = logging.getLogger("trainer.cli.train")  # by name: run as __main__ too (python -m trainer.cli.train)
 
 TRACEBACK_FLAG = "--traceback"
@@ -56,8 +60,6 @@ def _sleep_mode_requested(argv: list[str]) -> bool:
     """``vllm_enable_sleep_mode`` true on the command line or, failing that, in the ``--config`` recipe (read with
     yaml alone: torch must not start before the allocator setting). An unreadable recipe counts as no: the real
     parser reports it."""
-    import yaml
-
     flag = _cli_value(argv, "vllm_enable_sleep_mode")
     path = _cli_value(argv, "config")
     if flag is None and path:
@@ -81,6 +83,7 @@ def _cli_value(argv: list[str], name: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Check the recipe and its inputs, build the trainer, train, save the final model; 2 on a recipe error."""
+    # heavy: torch starts with these, and console_main must set the allocator config first (set_allocator_conf)
     from trainer.config.core import ConfigError
     from trainer.config.recipe import (
         build_trainer,
@@ -93,13 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.config.recipe_checks import clear_output_dir, resume_requested, resumes_latest
     from trainer.tools import console, wandb_run
     from trainer.tools.model_card import method_text
+    from trainer.tools.preflight import main as preflight
 
     argv = list(sys.argv[1:] if argv is None else argv)
     show_traceback = TRACEBACK_FLAG in argv or os.environ.get("WINNOW_TRACEBACK", "") not in ("", "0")
     argv = [a for a in argv if a != TRACEBACK_FLAG]
     if DRY_RUN_FLAG in argv:  # as console_main: check the launch, load nothing
-        from trainer.tools.preflight import main as preflight
-
         return preflight([a for a in argv if a != DRY_RUN_FLAG])
     try:
         task, args, model_args = parse_recipe(argv)
@@ -144,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 def _one_line(error: Exception, show_traceback: bool) -> int:
     """Print a recipe error as one line on the main process (every process checks the same recipe), any URL in it
     without its user-info (trainer/config/redaction.py); exit status 2."""
-    from trainer.config.recipe_checks import is_main_process
-    from trainer.config.redaction import redact_url
+    from trainer.config.recipe_checks import is_main_process  # heavy: TRL, kept off this module's import as in main()
 
     if show_traceback:
         raise error
@@ -160,7 +161,7 @@ def console_main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     argv = sys.argv[1:]
     if DRY_RUN_FLAG in argv:  # preflight: check the launch, load nothing (trainer/tools/preflight.py)
-        from trainer.tools.preflight import main as preflight
+        from trainer.tools.preflight import main as preflight  # heavy: TRL and torch, after the flag is seen
 
         sys.exit(preflight([a for a in argv if a != DRY_RUN_FLAG]))
     set_allocator_conf(argv)  # before main() imports torch: every rank's trainer process starts here

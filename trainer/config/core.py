@@ -9,22 +9,22 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from functools import cache
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from trl import GRPOConfig
+from trl.trainer.utils import get_config_model_id
 
-from trainer.algorithms.grpo import STD_KINDS
+from trainer.algorithms.dropout import DeleteKind, RecenterMode, Selector, SurprisalBasis, ZeroPushGroups
+from trainer.algorithms.grpo import StdKind
 from trainer.algorithms.normalisers import ROW_NORMALISED
+from trainer.algorithms.snr_filter import KeepMode, LossScaling, ScoreMetric, Strategy, TopPMode
 from trainer.config import redaction
 from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
 from trainer.config.teacher import TeacherFields, validate_teacher_fields
 from trainer.pipeline import stages
-from trainer.pipeline.step_dealing import FILTERED_UPDATES, VERL_MINIBATCH, WHOLE_STEPS
-
-OLD_LOGPS_SOURCES = ("policy", "sampler")
-ON_LIMIT = ("partial", "error")
-
+from trainer.pipeline.step_dealing import VERL_MINIBATCH, WHOLE_STEPS, FilteredUpdates
 
 THINK_PREFILL = "<think>"  # RAGEN's generation-prompt suffix with enable_think (ctx_manager.py:1260-1261)
 
@@ -66,7 +66,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "loss_type unchanged."
         },
     )
-    advantage_std: str = field(
+    advantage_std: StdKind = field(
         default="unbiased",
         metadata={
             "help": "Std estimator of the 'grpo' advantage: 'unbiased' (Bessel-corrected, TRL's) or "
@@ -77,7 +77,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default=1e-4,
         metadata={"help": "Epsilon added to the std before dividing in the 'grpo' advantage (TRL: 1e-4)."},
     )
-    old_logps_source: str = field(
+    old_logps_source: Literal["policy", "sampler"] = field(
         default="policy",
         metadata={
             "help": "Where stages that need old-policy per-token log-probs get them: 'policy' = one no-grad "
@@ -131,7 +131,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "take. DAPO's recipe oversamples 3x per round with 10 rounds: 30 here. See dynamic_sampling_on_limit."
         },
     )
-    dynamic_sampling_on_limit: str = field(
+    dynamic_sampling_on_limit: Literal["partial", "error"] = field(
         default="partial",
         metadata={
             "help": "When max_num_gen_batches is reached with too few mixed groups: 'partial' trains on the mixed "
@@ -167,7 +167,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     )
 
     # --- GRPODropout (rollout_dropout: grpodropout) -------------------------------------------------
-    dropout_selector: str = field(
+    dropout_selector: Selector = field(
         default="paper",
         metadata={
             "help": "GRPODropout selection rule: 'paper' (greedy max-cardinality solution of eq. 4, then the "
@@ -177,7 +177,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "negative push and a negative advantage comes back)."
         },
     )
-    dropout_zero_push_groups: str = field(
+    dropout_zero_push_groups: ZeroPushGroups = field(
         default="keep_all",
         metadata={
             "help": "What a balanced selector keeps of a group whose pushes are all zero (equal rewards): 'keep_all' "
@@ -193,7 +193,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "kept rows; a group with one kept row gets A = R). Only when a rollout was dropped. advantage: grpo only."
         },
     )
-    dropout_delete: str = field(
+    dropout_delete: DeleteKind = field(
         default="positive",
         metadata={
             "help": "Which removed rollouts stay removed (paper's selector): 'positive' (paper, eq. 7: every removed "
@@ -201,14 +201,14 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "dropout_selector 'balanced_push' has its own rule and rejects any other value than the default."
         },
     )
-    dropout_recenter: str = field(
+    dropout_recenter: RecenterMode = field(
         default="prob_weighted",
         metadata={
             "help": "Recentering of the kept advantages: 'prob_weighted' (paper, eq. 9: subtract the old-policy "
             "probability-weighted mean, a softmax of -surprisal over the kept set), 'mean' (equal weights), 'none'."
         },
     )
-    dropout_surprisal_basis: str = field(
+    dropout_surprisal_basis: SurprisalBasis = field(
         default="mean",
         metadata={
             "help": "Surprisal of a rollout from old-policy token log-probs: 'mean' (length-normalised, the paper's "
@@ -217,7 +217,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     )
 
     # --- RAGEN-2 SNR-aware filtering (rollout_filter: snr) -------------------------------------------
-    snr_metric: str = field(
+    snr_metric: ScoreMetric = field(
         default="reward_variance",
         metadata={
             "help": "Per-group score of the SNR filter: 'reward_variance' (paper §3.4: population variance of the "
@@ -226,7 +226,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "entropy; costs one no-grad forward per step), 'entropy_variance', 'entropy_std', 'length'."
         },
     )
-    snr_strategy: str = field(
+    snr_strategy: Strategy = field(
         default="top_p",
         metadata={
             "help": "Group selection: 'top_p' (keep groups carrying snr_value of the total score, see "
@@ -241,7 +241,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "top_k_abs count or min_p ratio. The paper's filter is top_p 0.9."
         },
     )
-    snr_top_p_mode: str = field(
+    snr_top_p_mode: TopPMode = field(
         default="linear",
         metadata={
             "help": "top_p: 'linear' (sort descending, keep the shortest prefix whose cumulative score reaches "
@@ -250,7 +250,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "the paper's main table)."
         },
     )
-    snr_keep: str = field(
+    snr_keep: KeepMode = field(
         default="largest",
         metadata={
             "help": "Keep the 'largest' scores (the method) or the 'smallest' (the paper's ablation; not implemented "
@@ -269,7 +269,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         default=0.01,
         metadata={"help": "selection_eps of linear top_p: the threshold is rho * sum(scores) - snr_eps."},
     )
-    snr_loss_scaling: str = field(
+    snr_loss_scaling: LossScaling = field(
         default="none",
         metadata={
             "help": "Scale the final advantages by the kept fraction of groups: 'none', 'linear' (x kept/total) or "
@@ -293,7 +293,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "rollouts, not only the SNR filter): its value is moved there, with a warning."
         },
     )
-    filtered_updates: str = field(
+    filtered_updates: FilteredUpdates = field(
         default="fixed",
         metadata={
             "help": "Optimizer steps a generation batch takes after stages removed rollouts. 'fixed': always "
@@ -361,13 +361,13 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "all-reduce per micro-batch; False = TRL's behaviour."
         },
     )
-    entropy_aggregation: str = field(
+    entropy_aggregation: Literal["token_mean", "loss_type"] = field(
         default="token_mean",
         metadata={
             "help": "How the entropy bonus (entropy_coef) is aggregated: 'token_mean' (TRL's: the micro-batch's mean "
             "token entropy, whatever loss_type does) or 'loss_type' (verl's / RAGEN's: the same normaliser as the "
             "policy term -- per-sequence token-mean for grpo, token sums for dr_grpo; "
-            "trainer/pipeline/entropy_bonus.py). Used only by loss_variant none with a static entropy_coef."
+            "trainer/loss/trl_loss.py). Used only by loss_variant none with a static entropy_coef."
         },
     )
     dr_grpo_token_sum: bool = field(
@@ -421,7 +421,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             "rollout; for models whose template opens the think block itself (Qwen3 thinking mode) leave it off."
         },
     )
-    collapse_turns: str = field(
+    collapse_turns: Literal["first", "all"] = field(
         default="first",
         metadata={
             "help": "Which collapse samples each check computes: 'first' (each rollout's first turn; columns = the "
@@ -464,6 +464,12 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         super().__post_init__()
         self._drop_redacted_placeholders()
         self._validate_filtered_updates()
+        self._validate_checkpoint_alignment()
+
+    def validate_converted(self) -> None:
+        """The winnow checks of ``__post_init__`` that apply to a plain GRPOConfig's already-validated values
+        converted by :func:`as_winnow_config` (TRL's own ``__post_init__`` is not re-run on them)."""
+        self._validate_winnow()
         self._validate_checkpoint_alignment()
 
     def _drop_redacted_placeholders(self) -> None:
@@ -570,14 +576,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         if not self.advantage_eps > 0:
             raise ConfigError("advantage_eps", f"must be > 0 (got {self.advantage_eps})",
                               "use e.g. 1e-4 (TRL) or 1e-6")
-        for name, allowed in (
-            ("advantage_std", STD_KINDS),
-            ("old_logps_source", OLD_LOGPS_SOURCES),
-            ("dynamic_sampling_on_limit", ON_LIMIT),
-            ("collapse_turns", ("first", "all")),
-            ("filtered_updates", FILTERED_UPDATES),
-            ("entropy_aggregation", ("token_mean", "loss_type")),
-        ):
+        for name, allowed in option_fields(type(self)).items():  # the Literal-typed fields (argparse's choices)
             if getattr(self, name) not in allowed:
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
         for check in stages.config_checks():  # each method's own fields (stages.register_config_check)
@@ -594,6 +593,13 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
         if self.entropy_aggregation == "loss_type" and (self.use_adaptive_entropy or self.top_entropy_quantile < 1.0):
             raise ConfigError("entropy_aggregation", "'loss_type' is defined for a static entropy_coef on every token "
                               "(not with use_adaptive_entropy or top_entropy_quantile < 1)", "use 'token_mean'")
+        if self.use_adaptive_entropy and self.loss_type in ROW_NORMALISED and self.loss_variant == "none" and (
+                stages.can_remove_rollouts(self) or self.dr_grpo_token_sum):
+            raise ConfigError("use_adaptive_entropy", f"TRL's adaptive entropy controller runs inside TRL's own loss, "
+                              f"and a row-normalised loss_type ({self.loss_type!r}) whose rows stages remove (or "
+                              "dr_grpo_token_sum) is computed by winnow's copy of it (trainer/loss/trl_loss.py), "
+                              "which has no controller", "use a static entropy_coef, or a token-normalised loss_type "
+                              "(dapo, bnpo)")
         if self.vllm_request_timeout <= 0:
             raise ConfigError("vllm_request_timeout", f"must be > 0 (got {self.vllm_request_timeout})",
                               "use e.g. 600 (seconds; longer than the slowest generation call)")
@@ -666,6 +672,17 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
             raise ConfigError("num_generations", "dynamic_sampling compares rollouts within a group", "set >= 2")
 
 
+@cache
+def option_fields(cls: type) -> dict[str, tuple[Any, ...]]:
+    """Each winnow field of ``cls`` (not TRL's) whose type is ``Literal[...]``, with its options: the type is the one
+    list of them -- HfArgumentParser makes it the flag's argparse ``choices``, trainer/config/yaml_types.py checks a
+    recipe's value against it and ``__post_init__`` a Python caller's."""
+    hints = get_type_hints(cls)
+    trl_fields = {f.name for f in fields(GRPOConfig)}
+    return {f.name: get_args(hints[f.name]) for f in fields(cls)
+            if f.name not in trl_fields and get_origin(hints[f.name]) is Literal}
+
+
 def as_winnow_config(args: Any, model: Any) -> WinnowConfig:
     """The trainer's ``args`` as a :class:`WinnowConfig`, so the subclass is a drop-in for TRL's ``GRPOTrainer``:
 
@@ -676,8 +693,6 @@ def as_winnow_config(args: Any, model: Any) -> WinnowConfig:
     if isinstance(args, WinnowConfig):
         return args
     if args is None:
-        from trl.trainer.utils import get_config_model_id
-
         model_name = model if isinstance(model, str) else get_config_model_id(model.config)
         return WinnowConfig(f"{model_name.split('/')[-1]}-GRPO")
     if not isinstance(args, GRPOConfig):
@@ -687,6 +702,5 @@ def as_winnow_config(args: Any, model: Any) -> WinnowConfig:
     for f in fields(WinnowConfig):
         if f.name not in converted.__dict__:
             setattr(converted, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
-    converted._validate_winnow()
-    converted._validate_checkpoint_alignment()
+    converted.validate_converted()
     return converted

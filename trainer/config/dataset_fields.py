@@ -14,11 +14,15 @@ columns are keyword arguments in ``dataset_kwargs``. Loading (trainer/data/gener
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from trainer.config.recipe_parser import RecipeError
+from trainer.data import list_task_datasets
+from trainer.data.common import DatasetUnavailableError, MissingSplitError
+from trainer.data.generic import GENERIC_KWARGS, load_generic, load_generic_split
 
 
 @dataclass
@@ -89,8 +93,6 @@ class DatasetFields:
 
 def is_registered(name: str) -> bool:
     """Whether ``name`` is a registered loader (else a Hub id or local path, trainer/data/generic.py)."""
-    from trainer.data import list_task_datasets
-
     return name in list_task_datasets()
 
 
@@ -123,9 +125,6 @@ def load_generic_inputs(task: Any, eval_strategy: str) -> tuple[Any, Any]:
     """(training set, evaluation set or None) of a generic ``dataset_name``; every failure a :class:`RecipeError`
     line naming the field to change. The evaluation set is ``dataset_test_split`` when ``eval_strategy`` is not
     ``no``, as ``trl grpo`` does."""
-    from trainer.data.common import DatasetUnavailableError, MissingSplitError
-    from trainer.data.generic import GENERIC_KWARGS, load_generic, load_generic_split
-
     kwargs = dict(task.dataset_kwargs or {})
     unknown = sorted(set(kwargs) - set(GENERIC_KWARGS))
     if unknown:
@@ -161,10 +160,6 @@ def load_generic_inputs(task: Any, eval_strategy: str) -> tuple[Any, Any]:
 
 
 def _not_found_fix(name: str) -> str:
-    import difflib
-
-    from trainer.data import list_task_datasets
-
     registered = list_task_datasets()
     close = difflib.get_close_matches(name, registered, n=1)
     mean = f"did you mean the registered {close[0]!r}? " if close else ""

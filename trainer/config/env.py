@@ -8,6 +8,7 @@ at temperature 0.5 on 512 held-out levels.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from trainer.config.errors import ConfigError
@@ -64,8 +65,6 @@ class EnvTaskFields:
 
     def validate_env_fields(self) -> None:
         """Fail fast on impossible episode settings (field name and fix in the message)."""
-        import json
-
         if isinstance(self.env_kwargs, str):
             try:
                 self.env_kwargs = json.loads(self.env_kwargs)

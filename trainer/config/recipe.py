@@ -21,11 +21,18 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
 
-from trl import ModelConfig, get_peft_config, get_quantization_config
+import datasets
+import yaml
+from accelerate import PartialState
+from transformers import AutoTokenizer, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+from trl import GRPOConfig, ModelConfig, get_peft_config, get_quantization_config
 
+from envs.episode import EpisodeSettings
+from trainer.config import recipe_checks as checks
 from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig
-from trainer.config.dataset_fields import DatasetFields
+from trainer.config.dataset_fields import DatasetFields, check_dataset_fields, load_generic_inputs
 from trainer.config.env import EnvTaskFields
 from trainer.config.recipe_checks import check_process_count, resumes_latest
 from trainer.config.recipe_parser import (
@@ -39,7 +46,20 @@ from trainer.config.recipe_parser import (
     read_recipe_file,
     split_config_flag,
 )
+from trainer.config.server import ServerFields
+from trainer.config.teacher import TeacherFields
+from trainer.config.yaml_types import check_recipe_types
+from trainer.data import DatasetUnavailableError, list_task_datasets, load_task_dataset
+from trainer.data.envs import ENV_TASKS
+from trainer.data.generic import quiet_progress
+from trainer.grpo_trainer import STAGE_STATE_FILE, WinnowGRPOTrainer
+from trainer.guards.generation_resume import check_resumable
+from trainer.pipeline import stages
+from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
 from trainer.rollout.prefill import prefill_ids
+from trainer.tools import assets, optional
+from trainer.tools.model_card import CardFacts, hub_dataset_id
+from trainer.tools.run_artifacts import MetricsFileCallback, quiet_tied_weight_warning
 
 logger = logging.getLogger(__name__)
 
@@ -191,8 +211,6 @@ class TaskArguments(DatasetFields, EnvTaskFields):
     @property
     def is_env_task(self) -> bool:
         """Whether the dataset is an environment played through the multi-turn rollout."""
-        from trainer.data.envs import ENV_TASKS
-
         return self.dataset_name in ENV_TASKS
 
 
@@ -226,13 +244,6 @@ CLASSES = (TaskArguments, WinnowConfig, ModelConfig)
 
 def recipe_parser() -> RecipeParser:
     """The parser of recipes (three dataclasses, one YAML namespace), its --help grouped by topic."""
-    from transformers import TrainingArguments
-    from trl import GRPOConfig
-
-    from trainer.config.server import ServerFields
-    from trainer.config.teacher import TeacherFields
-    from trainer.pipeline import stages
-
     sections = [
         ("run", "", RUN_FIELDS),
         ("task: what to train on", "", own_fields(TaskArguments)),
@@ -256,7 +267,7 @@ def recipe_parser() -> RecipeParser:
                                   help="Check the launch and print the preflight (trainer/tools/preflight.py): the "
                                   "recipe, processes, vLLM server, packages, W&B, disk. Loads no weights, trains "
                                   "nothing; exit status 1 if a check fails.")
-    for action in parser._actions:
+    for action in parser.actions:
         if action.dest in stages.STAGE_KINDS:
             action.help = f"{action.help} Choices: {', '.join(stages.available(action.dest))}."
         elif action.dest == "resume_from_checkpoint":
@@ -279,9 +290,6 @@ def parse_recipe(argv: Sequence[str] | None = None) -> tuple[TaskArguments, Winn
     field and the fix; nothing heavy has happened yet. A recipe is code: an unsafe ``env:`` key or a checkpoint
     outside output_dir is refused before the recipe's modules are imported or os.environ changes, unless the
     command line (never the recipe) gives --allow_unsafe_env / --allow_external_checkpoint."""
-    from trainer.config import recipe_checks as checks
-    from trainer.config.yaml_types import check_recipe_types
-
     path, rest = split_config_flag(sys.argv[1:] if argv is None else list(argv))
     opt_ins = {}
     for name in CLI_ONLY:
@@ -366,8 +374,6 @@ def _given(argv: Sequence[str], config: dict[str, Any], name: str) -> Any:
 def resolve_model_path(name: str) -> str:
     """Map the ``offline:`` aliases to locally built models; anything else is passed to transformers as is."""
     if name in OFFLINE_MODELS:
-        from trainer.tools import assets, optional
-
         try:
             return str(getattr(assets, OFFLINE_MODELS[name])())
         except ImportError as e:  # the offline assets are built from the `demo` extra's packages
@@ -392,9 +398,6 @@ def check_launch(task: TaskArguments, num_processes: int) -> None:
 def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> None:
     """What a launch checks before it prepares anything: process count, output folder, resume, models,
     fields that only work together (each a RecipeError naming the field and the fix)."""
-    from trainer.config import recipe_checks as checks
-    from trainer.config.dataset_fields import check_dataset_fields
-
     checks.check_process_count(task.launch_processes)
     # `auto` becomes `true` (a checkpoint to resume) or None (a fresh start) here, so every check below and the
     # launch itself see what will actually run.
@@ -411,8 +414,6 @@ def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) 
     check_dataset_fields(task, args)
     checks.check_model_loading(args, model_args)
     if task.dataset_name == "frozenlake":
-        from trainer.tools import optional
-
         if not optional.installed("gymnasium"):  # FrozenLake's transitions are gymnasium's (the `envs` extra)
             raise RecipeError("dataset_name", optional.missing_message("gymnasium", "frozenlake"),
                               "install the extra (Sokoban needs nothing more)")
@@ -421,11 +422,6 @@ def check_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) 
 def check_resume_continues(args: WinnowConfig) -> None:
     """Refuse a resume from a checkpoint inside a generation batch that cannot continue exactly (the trainer's own
     check, trainer/guards/generation_resume.py), here before any weight loads or the run's files are rewritten."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    from trainer.grpo_trainer import STAGE_STATE_FILE
-    from trainer.guards.generation_resume import check_resumable
-
     resume = args.resume_from_checkpoint
     checkpoint = get_last_checkpoint(args.output_dir) if resumes_latest(resume) else str(resume)
     world = int(os.environ.get("WORLD_SIZE", "1"))  # accelerate launch sets it on every process
@@ -446,14 +442,6 @@ class RunInputs:
 def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig) -> RunInputs:
     """Model path, dataset, tokenizer and reward functions -- every data and reward mistake surfaces here as a
     RecipeError, before any weights load."""
-    from accelerate import PartialState
-    from transformers import AutoTokenizer
-
-    from trainer.config import recipe_checks as checks
-    from trainer.config.dataset_fields import load_generic_inputs
-    from trainer.data import DatasetUnavailableError, list_task_datasets, load_task_dataset
-    from trainer.data.generic import quiet_progress
-
     check_launch(task, PartialState().num_processes)  # before any model, tokenizer or dataset loads
     model_path = resolve_model_path(model_args.model_name_or_path)
     if args.teacher_model_name_or_path:
@@ -505,10 +493,6 @@ def prepare_run(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig
 
 def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConfig, inputs: RunInputs | None = None):
     """Prepared inputs + model -> a ``WinnowGRPOTrainer`` with the metrics file callback."""
-    from trainer.data import load_task_dataset
-    from trainer.grpo_trainer import WinnowGRPOTrainer
-    from trainer.tools.run_artifacts import MetricsFileCallback, quiet_tied_weight_warning
-
     inputs = inputs or prepare_run(task, args, model_args)
     env_kwargs = {}
     if inputs.eval_dataset is not None:  # a generic dataset's test split, as trl/scripts/grpo.py passes it
@@ -548,9 +532,6 @@ def build_trainer(task: TaskArguments, args: WinnowConfig, model_args: ModelConf
 def card_facts(task: TaskArguments, model_args: ModelConfig):
     """What the run's model card names (trainer/tools/model_card.py): the model the run started from -- an
     ``offline:`` alias built from a published model names that model -- and the dataset."""
-    from trainer.data import list_task_datasets
-    from trainer.tools.model_card import CardFacts, hub_dataset_id
-
     name = model_args.model_name_or_path
     hub_id = hub_dataset_id(task.dataset_name, task.dataset_kwargs, task.dataset_name in list_task_datasets())
     return CardFacts(name, OFFLINE_BASE_MODELS.get(name, name), task.dataset_name, hub_id)
@@ -558,9 +539,6 @@ def card_facts(task: TaskArguments, model_args: ModelConfig):
 
 def build_env_rollout(task: TaskArguments, args: WinnowConfig, tokenizer: Any):
     """The multi-turn rollout of an environment task, with the model's training chat template."""
-    from envs.episode import EpisodeSettings
-    from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
-
     settings = EpisodeSettings(
         max_turns=task.max_turns, max_actions_per_turn=task.max_actions_per_turn,
         max_actions_per_episode=task.max_actions_per_episode, format_penalty=task.format_penalty,
@@ -591,10 +569,6 @@ def filter_long_prompts(dataset: Any, tokenizer: Any, max_tokens: int, template_
         ids = ids["input_ids"] if isinstance(ids, Mapping) else ids  # a BatchEncoding is a Mapping, not a dict
         return len(ids) + extra <= max_tokens
 
-    import datasets
-
-    from trainer.data.generic import quiet_progress
-
     if isinstance(dataset, datasets.IterableDataset):
         return dataset.filter(short_enough)
     before = len(dataset)
@@ -623,8 +597,6 @@ def resolved_recipe(task: TaskArguments, args: WinnowConfig, model_args: ModelCo
 
 def save_resolved_recipe(recipe: dict[str, Any], path: str | Path) -> None:
     """Write :func:`resolved_recipe`'s mapping so a run folder documents -- and re-runs -- its own experiment."""
-    import yaml
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     header = (
         "# Every field of this run (defaults included). "

@@ -13,12 +13,23 @@ to resume from outside ``output_dir`` (a resume unpickles it) -- each allowed on
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import importlib
+import importlib.util
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import huggingface_hub.constants
+from huggingface_hub import try_to_load_from_cache
+from transformers.trainer_utils import get_last_checkpoint
+
+import rewards
+from rewards import foreign
+from trainer.config.dataset_fields import is_registered
 from trainer.config.recipe_parser import RecipeError
 from trainer.tools import optional
 
@@ -172,7 +183,6 @@ def resolve_auto_resume(output_dir: str, resume: Any) -> Any:
     A folder that holds a run but no checkpoint is refused: starting fresh there would overwrite that run."""
     if not resumes_if_any(resume):
         return resume
-    from transformers.trainer_utils import get_last_checkpoint
 
     if Path(output_dir).is_dir() and get_last_checkpoint(output_dir) is not None:
         return "true"
@@ -194,7 +204,6 @@ def check_resume(output_dir: str, resume: Any, allow_external: bool = False) -> 
     if not resume_requested(resume):
         return
     check_checkpoint_location(output_dir, resume, allow_external)
-    from transformers.trainer_utils import get_last_checkpoint
 
     if resumes_latest(resume):
         if not Path(output_dir).is_dir() or get_last_checkpoint(output_dir) is None:
@@ -237,8 +246,6 @@ def check_model_path(field_name: str, name: str | None, aliases: Sequence[str], 
                               f"give a folder written by save_pretrained, a hub id, or one of {list(aliases)}")
         return
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        from huggingface_hub import try_to_load_from_cache
-
         if not isinstance(try_to_load_from_cache(name, "config.json", revision=revision), str):
             raise RecipeError(
                 field_name, f"{name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1",
@@ -256,7 +263,6 @@ def check_field_combinations(task: Any, args: Any, model_args: Any) -> None:
         raise RecipeError("reward_weights", f"{len(args.reward_weights)} weights for {len(entries)} reward "
                           f"functions {entries}", "give one weight per entry of reward_funcs (same order; "
                           "reward_model_name_or_path first when given)")
-    from trainer.config.dataset_fields import is_registered
 
     if (str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no" and not task.is_env_task
             and is_registered(task.dataset_name)):
@@ -282,8 +288,6 @@ def check_quantization(model_args: Any) -> None:
 def check_model_loading(args: Any, model_args: Any) -> None:
     """What would fail only once the weights load or the run ends: flash-attention without its package (transformers
     raises at load) and pushing to the Hub from a machine that is offline (the push fails after training)."""
-    import huggingface_hub.constants
-
     if model_args.attn_implementation in ("flash_attention_2", "flash_attention_3"):
         package = "flash_attn" if model_args.attn_implementation == "flash_attention_2" else "flash_attn_interface"
         if not optional.installed(package):
@@ -308,9 +312,6 @@ def resolve_reward(name: str, options: dict[str, Any], recipe_dir: str | Path | 
       shadowed by winnow's ``rewards`` package, which stays what ``import rewards`` gives -- else the module is
       imported (installed packages; the current directory is on sys.path, as in ``trl grpo``).
     """
-    import rewards
-    from rewards import foreign
-
     name = foreign.TRL_DOTTED.get(name, name)  # TRL's accuracy rewards by dotted path: the bare name's reward
     if name in rewards.available():
         return rewards.get_reward(name, **options)
@@ -362,11 +363,6 @@ def _user_module_file(base: Path, parts: list[str]) -> tuple[Path, Path] | None:
 def _import_reward(name: str, recipe_dir: str | Path | None) -> Any:
     """The object a dotted reward path names; a module file beside the recipe or in the current directory first
     (:func:`resolve_reward`)."""
-    import hashlib
-    import importlib
-    import importlib.util
-    import sys
-
     module_name, attr = name.rsplit(".", 1)
     parts = module_name.split(".")
     if os.getcwd() not in sys.path:

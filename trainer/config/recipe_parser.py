@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+import yaml
 from trl import TrlParser
 
 from trainer.config.core import ConfigError
@@ -61,14 +62,19 @@ class RecipeParser(TrlParser):
             self._move(self.add_argument_group(title, text), names)
         self._optionals.title = "other options"  # empty (and so not shown) once every field has its topic
 
+    @property
+    def actions(self) -> list[argparse.Action]:
+        """Every option, in the order added (argparse keeps them in ``_actions`` and has no public accessor)."""
+        return self._actions
+
     def _move(self, group: argparse._ArgumentGroup, names: Sequence[str]) -> None:
         # argparse has no public way to regroup actions the dataclass parser already added; its help
         # formatter walks each group's _group_actions, so moving them there is the whole change.
         order = {name: i for i, name in enumerate(names)}
-        moved = sorted((a for a in self._optionals._group_actions if a.dest in order), key=lambda a: order[a.dest])
-        for action in moved:
-            self._optionals._group_actions.remove(action)
-            group._group_actions.append(action)
+        other = self._optionals._group_actions  # noqa: SLF001 -- argparse's, no public accessor
+        for action in sorted((a for a in other if a.dest in order), key=lambda a: order[a.dest]):
+            other.remove(action)
+            group._group_actions.append(action)  # noqa: SLF001 -- argparse's, no public accessor
 
     def error(self, message: str):  # argparse calls this for a bad value; default: usage + message, exit 2
         """Raise a :class:`RecipeError` instead of printing argparse's usage block."""
@@ -133,8 +139,6 @@ def pop_cli_flag(argv: Sequence[str], name: str) -> tuple[bool, list[str]]:
 
 def read_recipe_file(path: str) -> dict[str, Any]:
     """The recipe YAML as a mapping; a missing file or a YAML error (with line and column) is a RecipeError."""
-    import yaml
-
     if not Path(path).is_file():
         raise RecipeError(
             "--config", f"no recipe file {path!r}",

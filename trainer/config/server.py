@@ -8,18 +8,19 @@ the trainer and the server node; ``disk`` and ``lora`` need only HTTP and a fold
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from trainer.config.errors import ConfigError
 
-WEIGHT_SYNC_KINDS = ("auto", "nccl", "disk", "lora")
-WEIGHT_SYNC_DTYPES = ("auto", "float32", "bfloat16", "float16")
+WeightSync = Literal["auto", "nccl", "disk", "lora"]  # the fields' types: the one list of options each
+WeightSyncDtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 @dataclass
 class ServerFields:
     """How the trainer pushes its weights to the vLLM generation server (``vllm_mode: server``)."""
 
-    weight_sync: str = field(
+    weight_sync: WeightSync = field(
         default="auto",
         metadata={
             "help": "Server mode: how the policy reaches the vLLM server before each generation. 'nccl' = TRL's "
@@ -46,7 +47,7 @@ class ServerFields:
             "(default: weight_sync_dir)."
         },
     )
-    weight_sync_dtype: str = field(
+    weight_sync_dtype: WeightSyncDtype = field(
         default="auto",
         metadata={
             "help": "disk: dtype of the written weights. 'auto' = the server's model dtype (read from /server_info), "
@@ -115,18 +116,9 @@ def check_importance_sampling(cfg) -> None:
 
 
 def validate_server_fields(cfg) -> None:
-    """Fail fast on the fields above (ConfigError naming the field and the fix)."""
+    """Fail fast on the fields above (ConfigError naming the field and the fix; WinnowConfig checks the options of
+    the Literal-typed ones)."""
     check_importance_sampling(cfg)
-    if cfg.weight_sync not in WEIGHT_SYNC_KINDS:
-        raise ConfigError(
-            "weight_sync", f"{cfg.weight_sync!r} is not an option", f"use one of {list(WEIGHT_SYNC_KINDS)}"
-        )
-    if cfg.weight_sync_dtype not in WEIGHT_SYNC_DTYPES:
-        raise ConfigError(
-            "weight_sync_dtype",
-            f"{cfg.weight_sync_dtype!r} is not an option",
-            f"use one of {list(WEIGHT_SYNC_DTYPES)}",
-        )
     if cfg.weight_sync_shard_mb < 1:
         raise ConfigError("weight_sync_shard_mb", f"must be >= 1 (got {cfg.weight_sync_shard_mb})", "use e.g. 2048")
     server_mode = bool(cfg.use_vllm) and cfg.vllm_mode == "server"

@@ -7,14 +7,10 @@ form and its constants must stay configurable; see trainer/algorithms/uecr.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
+from trainer.algorithms.uecr import Confidence, Direction, ProjectionNorm
 from trainer.config.errors import ConfigError
-
-TEACHER_DTYPES = ("auto", "float32", "bfloat16", "float16")
-UECR_NORMALIZATION = ("joint", "separate")
-ECR_DIRECTIONS = ("tanh", "clip")
-ECR_CONFIDENCES = ("exp", "inverse")
-ECR_PROJECTION_NORMS = ("one_plus_mean", "max")
 
 
 @dataclass
@@ -30,7 +26,7 @@ class TeacherFields:
         },
     )
     teacher_revision: str | None = field(default=None, metadata={"help": "Hub revision of the teacher."})
-    teacher_dtype: str = field(
+    teacher_dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
         default="auto",
         metadata={
             "help": "Dtype the teacher's weights are loaded in ('auto' = the checkpoint's). Scores are always "
@@ -69,7 +65,7 @@ class TeacherFields:
     uecr_eps: float = field(
         default=1e-6, metadata={"help": "epsilon added to the population std of the group utility."}
     )
-    uecr_normalization: str = field(
+    uecr_normalization: Literal["joint", "separate"] = field(
         default="joint",
         metadata={
             "help": "'joint' (PUU: normalise R_task + alpha R_T together) or 'separate' (the Table 3 ablation: "
@@ -92,14 +88,14 @@ class TeacherFields:
             "d = s c."
         },
     )
-    uecr_direction: str = field(
+    uecr_direction: Direction = field(
         default="tanh",
         metadata={"help": "Direction squashing: 'tanh' (s tanh(delta/tau)) or 'clip' (s clip(delta/tau, -1, 1))."},
     )
-    uecr_confidence: str = field(
+    uecr_confidence: Confidence = field(
         default="exp", metadata={"help": "Confidence: 'exp' (exp(-H/tau_H)) or 'inverse' (1/(1 + H/tau_H))."}
     )
-    uecr_projection_norm: str = field(
+    uecr_projection_norm: ProjectionNorm = field(
         default="one_plus_mean",
         metadata={"help": "Projection normaliser: 'one_plus_mean' (1 + |mu^c|) or 'max' "
                   "(max(1, max_t |c (d - mu^c)|))."},
@@ -126,16 +122,8 @@ class TeacherFields:
 
 
 def validate_teacher_fields(cfg, needs_teacher: bool) -> None:
-    """Fail fast on the fields above (ConfigError naming the field and the fix)."""
-    for name, allowed in (
-        ("teacher_dtype", TEACHER_DTYPES),
-        ("uecr_normalization", UECR_NORMALIZATION),
-        ("uecr_direction", ECR_DIRECTIONS),
-        ("uecr_confidence", ECR_CONFIDENCES),
-        ("uecr_projection_norm", ECR_PROJECTION_NORMS),
-    ):
-        if getattr(cfg, name) not in allowed:
-            raise ConfigError(name, f"{getattr(cfg, name)!r} is not an option", f"use one of {list(allowed)}")
+    """Fail fast on the fields above (ConfigError naming the field and the fix; WinnowConfig checks the options of
+    the Literal-typed ones)."""
     if needs_teacher and not cfg.teacher_model_name_or_path:
         raise ConfigError(
             "teacher_model_name_or_path",

@@ -69,6 +69,9 @@ def check_recipe_types(config: dict[str, Any], classes: Iterable[type]) -> None:
             hints.setdefault(f.name, resolved.get(f.name, Any))
     for key, value in config.items():
         if key in hints and not _matches(value, hints[key]):
+            if typing.get_origin(hints[key]) is typing.Literal:  # an option field: the config's own message
+                options = list(typing.get_args(hints[key]))
+                raise ConfigError(key, f"{value!r:.80} is not an option", f"use one of {options}")
             expected = getattr(hints[key], "__name__", None) or str(hints[key]).replace("typing.", "")
             raise ConfigError(key, f"expects {expected}, got {type(value).__name__} {value!r:.80}",
                               f"write a value of type {expected} for {key!r} in the recipe")

@@ -82,7 +82,7 @@ def load_json(
 @functools.lru_cache(maxsize=2)
 def _champ_problems(version: str) -> dict:
     """CHAMP's problems by id, parsed once per process (the JSON is 72 MB; the loader only reads them)."""
-    import champ_dataset
+    import champ_dataset  # optional: the `demo` extra
 
     return champ_dataset.load(version).problems
 
@@ -115,7 +115,7 @@ def load_champ(
     call signature and must be ``train``.
     """
     try:
-        import champ_dataset  # noqa: F401  (imported here only to fail with an install hint)
+        import champ_dataset  # noqa: F401  # optional: the `demo` extra; imported to fail with an install hint
     except ImportError as e:  # a clear fix beats a bare ModuleNotFoundError deep in a run
         raise ImportError("champ: the 'champ-dataset' package is not installed (pip install champ-dataset)") from e
     if split != "train":

@@ -43,7 +43,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer.data import load_task_dataset
 from trainer.data.common import DatasetUnavailableError, load_raw, require_columns
+from trainer.data.local import _champ_problems
 
 __all__ = [
     "BENCHMARKS",
@@ -198,7 +200,6 @@ def _load_champ(name: str, split: str | None, config: str | None, num_samples: i
         raise ValueError(f"{name}: only split='train' exists (all 270 problems), got {split!r}")
     if importlib.util.find_spec("champ_dataset") is None:
         raise ImportError(f"{name}: the 'champ-dataset' package is not installed (pip install champ-dataset)")
-    from trainer.data.local import _champ_problems
 
     problems = _champ_problems(config or "v0").values()
     return [{"question": p.text, "answer": p.answer, "id": p.identifier} for p in problems]
@@ -207,8 +208,6 @@ def _load_champ(name: str, split: str | None, config: str | None, num_samples: i
 def _load_arithmetic(name: str, split: str | None, config: str | None, num_samples: int | None, seed: int):
     """Generated arithmetic via ``load_task_dataset("arithmetic", ...)`` (default split "test": a stream other
     than the training one); the question is "What is 3 + 4?", without the training prompt's instructions."""
-    from trainer.data import load_task_dataset
-
     kwargs: dict[str, Any] = {"seed": seed, "split": split or "test", "prompt_template": "What is {problem}?"}
     if num_samples is not None:
         kwargs["num_samples"] = num_samples

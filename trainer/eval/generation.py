@@ -112,14 +112,14 @@ class VLLMEngineGenerator:
     """vLLM's offline engine (GPU): all questions in one call, a per-request seed for each question."""
 
     def __init__(self, model: str, decoding: Decoding, chat_template_kwargs: dict | None = None, **engine_kwargs: Any):
-        from vllm import LLM  # imported here: vLLM is an optional GPU extra
+        from vllm import LLM  # optional: vLLM, a GPU extra (`vllm`)
 
         self.llm = LLM(model=model, seed=decoding.seed, **engine_kwargs)
         self.decoding = decoding
         self.chat_template_kwargs = chat_template_kwargs or {}
 
     def generate(self, questions: list[Question], k: int) -> list[list[Completion]]:
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # optional: as above
 
         d = self.decoding
         tok = self.llm.get_tokenizer()

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 MISSING = "–"
 
 
@@ -80,11 +82,10 @@ def plot_benchmarks(
     summary: Mapping[str, Any], path: str | Path, metric: str = "mean", benchmarks: Sequence[str] | None = None
 ) -> Path:
     """Grouped bar chart of ``metric`` (in % for accuracy metrics): one group per benchmark, one bar per system."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, the `demo` extra
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
+    import matplotlib.pyplot as plt  # optional: matplotlib, the `demo` extra (after its backend is set)
 
     benchmarks = list(summary["benchmarks"] if benchmarks is None else benchmarks)
     systems = list(summary["systems"])
@@ -133,10 +134,10 @@ def plot_training_curves(
     Rows without a key (or with a non-finite / non-numeric value) are skipped for that key; a key no run
     logged gets an empty subplot saying so.
     """
-    import matplotlib
+    import matplotlib  # optional: matplotlib, the `demo` extra
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, the `demo` extra (after its backend is set)
 
     keys = list(keys)
     if not keys:
@@ -162,7 +163,7 @@ def plot_training_curves(
 
 def _save(fig: Any, path: str | Path) -> Path:
     """Lay out, write the PNG (creating its folder) and free the figure."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, the `demo` extra
 
     fig.tight_layout()
     path = Path(path)

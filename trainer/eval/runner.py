@@ -31,6 +31,7 @@ from trainer.eval.generation import (
     OracleGenerator,
     Question,
     ServerGenerator,
+    VLLMEngineGenerator,
     chat_prompt_ids,
     token_entropy,
 )
@@ -225,6 +226,7 @@ def _build_generator(
     if system.backend.startswith("oracle"):
         all_questions = [_question(item, config) for lst in items.values() for item in lst]
         return OracleGenerator(system.backend.removeprefix("oracle_"), all_questions, config.decoding.seed), None, None
+    # heavy: transformers, and TRL through the recipe; an eval of oracle systems needs neither
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer.config.recipe import resolve_model_path
@@ -239,7 +241,6 @@ def _build_generator(
         gen = ServerGenerator(system.base_url, system.model, tokenizer, config.decoding,
                               chat_template_kwargs=config.chat_template_kwargs)
         return gen, model, tokenizer
-    from trainer.eval.generation import VLLMEngineGenerator
 
     return VLLMEngineGenerator(path, config.decoding, config.chat_template_kwargs), model, tokenizer
 

@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from trainer.algorithms.uecr import teacher_score, token_gap
+from trainer.config.recipe import resolve_model_path
 from trainer.eval.benchmarks import load_benchmark
 from trainer.eval.generation import Decoding, chat_prompt_ids
 from trainer.eval.runner import BenchmarkSpec, EvalConfig, SystemSpec, _question
@@ -98,10 +100,6 @@ def _system_config(folder: Path) -> EvalConfig:
 
 def load_scoring_model(path: str, dtype: str = "auto", device: str | None = None) -> Any:
     """A frozen model for scoring (eval mode, no grad) on ``device`` (default: cuda when available)."""
-    from transformers import AutoModelForCausalLM
-
-    from trainer.config.recipe import resolve_model_path
-
     path = resolve_model_path(path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -114,10 +112,6 @@ def check_system(
 ) -> tuple[EvalConfig, str, Any]:
     """Before any weights load: the folder's eval config, its checkpoint path and tokenizer; refuses an oracle
     control (no model) and a teacher that reads other token ids (:func:`trainer.methods.teacher.check_vocabulary`)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    from trainer.config.recipe import resolve_model_path
-
     folder = Path(folder)
     cfg = _system_config(folder)
     system = cfg.systems[0]

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import PartialState
+from accelerate.utils import DistributedType
 
 from trainer.config.core import ConfigError
 from trainer.config.server import resolve_weight_sync
@@ -108,9 +110,6 @@ def model_dtype(args: Any, model: Any) -> str | None:
 def deepspeed_or_fsdp() -> bool:
     """Whether this launch wraps the model in DeepSpeed or FSDP (both keep float32 master weights for the
     optimizer when the model runs in bf16/fp16)."""
-    from accelerate import PartialState
-    from accelerate.utils import DistributedType
-
     if (
         os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
         or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"

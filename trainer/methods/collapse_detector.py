@@ -42,7 +42,9 @@ import torch
 
 from trainer import trl_contact
 from trainer.algorithms.collapse_metrics import mi_metrics, signature_retrieval
+from trainer.methods.reasoning_span import THINK_OPEN, reasoning_token_span
 from trainer.pipeline.batch import gather_padded
+from trainer.pipeline.hooks import register_hook
 from trainer.pipeline.token_budget import equal_forward_fillers, plan_chunks, shortest_row
 
 logger = logging.getLogger(__name__)
@@ -117,8 +119,6 @@ def _text_traces(prompts: list[list[int]], completions: list[list[int]], tokeniz
     """:func:`first_turn_traces` for tokenizers whose think tags are several tokens: Z located in the text and
     mapped back to the sampled ids (methods/reasoning_span.py); X = the context, which ends with the ``<think>``
     prefill's ids when the think prefill is on, else the context + ``<think>``'s ids (RAGEN's canonical X)."""
-    from trainer.methods.reasoning_span import THINK_OPEN, reasoning_token_span
-
     opening = tuple(tokenizer.encode(THINK_OPEN, add_special_tokens=False))
     prefilled_any = any(tuple(p[-len(opening):]) == opening for p in prompts)
     if not prefilled_any and not any(
@@ -167,6 +167,16 @@ class CollapseDetector:
         self._next_due = state["next_due"]
         # checkpoints from before the trajectory sample hold the first-turn EMA without its sample prefix
         self._ema = {(k if "/" in k else f"first/{k}"): float(v) for k, v in state["ema"].items()}
+
+    def before_pipeline(self, trainer: Any, output: dict[str, Any], step: int) -> None:
+        """The trainer's hook point (trainer/pipeline/hooks.py): on schedule, score the unfiltered batch, before any
+        stage removes rollouts (RAGEN's order), and log ``collapse/*``."""
+        if not self.due(step):
+            return
+        with trainer.phase("collapse_check"):
+            traces = self.batch_traces(trainer, output)
+            for name, value in self.check(trainer, traces, step).items():
+                trl_contact.metrics(trainer)[f"collapse/{name}"].append(value)
 
     def due(self, step: int) -> bool:
         """Whether a generation for optimizer step ``step`` (1-based) is checked: step 1, then the first
@@ -469,3 +479,9 @@ def _single_token_id(tokenizer: Any, token: str) -> int | None:
     """Id of ``token`` when the vocabulary has it as one token (Qwen3's think tags), else None."""
     ids = tokenizer.encode(token, add_special_tokens=False)
     return ids[0] if len(ids) == 1 else None
+
+
+@register_hook("collapse", enabled=lambda args: args.collapse_detection)
+def build_collapse_detector(trainer: Any) -> CollapseDetector:
+    """RAGEN-2's collapse probe for ``trainer`` (its schedule and EMAs are checkpointed)."""
+    return CollapseDetector(trainer.args, trl_contact.tokenizer(trainer))

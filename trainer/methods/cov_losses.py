@@ -28,7 +28,9 @@ from trainer.algorithms.losses import (
     token_covariance,
 )
 from trainer.config.errors import ConfigError
-from trainer.methods.surrogate import finish, global_mean, policy_forward, validate_surrogate_variant
+from trainer.loss.call import LossCall
+from trainer.loss.forward import policy_forward
+from trainer.methods.surrogate import finish, validate_surrogate_variant
 from trainer.pipeline.batch import gather_padded
 from trainer.pipeline.stages import register_config_check, register_stage
 
@@ -60,7 +62,7 @@ def _local(trainer: Any, t: torch.Tensor, B: int, T: int) -> torch.Tensor:
     return t[rank * B : (rank + 1) * B, :T]
 
 
-def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], variant: str) -> torch.Tensor:
+def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall, variant: str) -> torch.Tensor:
     """One micro-batch of Clip-Cov (``variant='clip_cov'``) or KL-Cov (``'kl_cov'``); see the module docstring."""
     if not trainer.model.training:
         return trainer.trl_compute_loss(model, inputs)  # evaluation loss: the plain surrogate, no token choice
@@ -97,7 +99,7 @@ def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], variant: str) -> 
         per_token_loss = clip_cov_token_loss(logp, old, A_tok, selected, eps_low, eps_high)
     else:
         per_token_loss = kl_cov_token_loss(logp, old, A_tok, selected, args.kl_cov_coef)
-    loss = finish(trainer, p, per_token_loss, inputs)
+    loss = finish(trainer, p, per_token_loss, inputs, call)
 
     metrics = trl_contact.metrics(trainer)
     n_valid = max(float(g_mask.sum()), 1.0)
@@ -105,7 +107,7 @@ def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], variant: str) -> 
     metrics[f"{variant}/candidate_frac"].append(float(candidates) / n_valid)
     metrics[f"{variant}/cov_mean"].append(float((cov * g_mask).sum()) / n_valid)
     if variant == "kl_cov":
-        metrics["kl_cov/abs_log_ratio_mean"].append(global_mean(trainer, (logp.detach() - old).abs(), mask))
+        call.recorder.mean("kl_cov/abs_log_ratio_mean", ((logp.detach() - old).abs() * mask).sum(), mask.sum())
     else:
         metrics["clip_cov/ppo_clip_frac"].append(float((g_clipped & g_mask.bool()).sum()) / n_valid)
     return loss
@@ -138,14 +140,14 @@ def validate_cov_variant(args: Any) -> None:
 
 
 @register_stage("loss_variant", "clip_cov", metric_prefix="clip_cov", validate=validate_cov_variant)
-def clip_cov_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+def clip_cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) -> torch.Tensor:
     """Clip-Cov (Cui et al. 2025 §4.2): cut the gradient of a random ``clip_cov_ratio`` share of the tokens whose
     covariance lies in (``clip_cov_lb``, ``clip_cov_ub``) and that PPO did not clip."""
-    return cov_loss(trainer, model, inputs, "clip_cov")
+    return cov_loss(trainer, model, inputs, call, "clip_cov")
 
 
 @register_stage("loss_variant", "kl_cov", metric_prefix="kl_cov", validate=validate_cov_variant)
-def kl_cov_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+def kl_cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) -> torch.Tensor:
     """KL-Cov (Cui et al. 2025 §4.2): unclipped policy gradient plus ``kl_cov_coef * |log pi - log pi_old|`` on
     the top ``kl_cov_ratio`` share of tokens by covariance."""
-    return cov_loss(trainer, model, inputs, "kl_cov")
+    return cov_loss(trainer, model, inputs, call, "kl_cov")

@@ -29,7 +29,11 @@ from trl.trainer.utils import RepeatSampler
 from trainer import trl_contact
 from trainer.algorithms.dapo import mixed_groups
 from trainer.algorithms.grpo import total_reward
+from trainer.config.core import ConfigError
+from trainer.pipeline import trained_batch_metrics
+from trainer.pipeline.batch import gather_padded
 from trainer.pipeline.compaction import LEFT_PADDED, gather_key, pad_value, row_keys, trim_padding
+from trainer.pipeline.hooks import register_hook
 
 logger = logging.getLogger(__name__)
 REFILL_SEED_OFFSET = 7919  # the refill stream's sampler seed = seed + this (distinct from the main stream's)
@@ -41,8 +45,6 @@ class DynamicSampler:
     def __init__(self, trainer: Any):
         args = trainer.args
         if args.dynamic_sampling_metric != "reward" and args.dynamic_sampling_metric not in trainer.reward_func_names:
-            from trainer.config.core import ConfigError
-
             raise ConfigError(
                 "dynamic_sampling_metric",
                 f"{args.dynamic_sampling_metric!r} is not one of this run's reward functions "
@@ -99,6 +101,33 @@ class DynamicSampler:
         self.refills_drawn = int(state["refills_drawn"])
         self._iterator = None
 
+    # --- the trainer's hook point (trainer/pipeline/hooks.py) ------------------------------------------
+
+    def after_generation(self, trainer: Any, output: dict[str, Any], marks: dict[str, int]):
+        """:meth:`fill`, then TRL's per-round metrics and completions table made to describe the trained batch
+        (trainer/pipeline/trained_batch_metrics.py). Returns (this rank's batch, initial global keep or None)."""
+        R_k = trainer.global_rewards_per_func
+        N = R_k.shape[0]
+        snapshots = [trained_batch_metrics.table_snapshot(trl_contact.completion_logs(trainer), N)]
+
+        def generate(refill):
+            out = trainer.generate_and_score(refill)
+            snapshots.append(trained_batch_metrics.table_snapshot(trl_contact.completion_logs(trainer), N))
+            return out
+
+        output, keep, metrics = self.fill(output, generate)
+        for name, value in metrics.items():
+            trl_contact.metrics(trainer)[f"dynamic_sampling/{name}"].append(value)
+        if self.last_sources is not None:  # the batch was assembled: relog it, rebuild the table
+            acc, pad = trainer.accelerator, trl_contact.pad_token_id(trainer)
+            tool = output.get("tool_mask")
+            kept = torch.ones(N, dtype=torch.bool, device=R_k.device) if keep is None else keep
+            trained_batch_metrics.relog_rounds(
+                trainer, marks, kept, gather_padded(acc, output["completion_ids"], pad),
+                gather_padded(acc, output["completion_mask"]), None if tool is None else gather_padded(acc, tool))
+            trained_batch_metrics.rebuild_table(trl_contact.completion_logs(trainer), snapshots, self.last_sources)
+        return output, keep
+
     # --- filling --------------------------------------------------------------------------------------
 
     def _metric(self, R_k: torch.Tensor) -> torch.Tensor:
@@ -111,11 +140,11 @@ class DynamicSampler:
     def fill(self, output: dict[str, Any], generate) -> tuple[dict[str, Any], torch.Tensor | None, dict[str, float]]:
         """Return (this rank's batch, initial global keep mask or None when nothing is dropped, metrics).
 
-        ``output`` is TRL's first generation batch (its gathered rewards in ``trainer._global_rewards_per_func``);
+        ``output`` is TRL's first generation batch (its gathered rewards in ``trainer.global_rewards_per_func``);
         ``generate(inputs)`` runs TRL's generation and scoring for refill prompts (collective)."""
         t, args = self.trainer, self.trainer.args
         G = t.num_generations
-        R_k = t._global_rewards_per_func
+        R_k = t.global_rewards_per_func
         N = R_k.shape[0]
         P = N // G
         mixed = mixed_groups(self._metric(R_k), G)
@@ -139,7 +168,7 @@ class DynamicSampler:
             if found == P or rounds >= args.max_num_gen_batches:
                 break
             output = generate(self._next_refill())
-            R_k = t._global_rewards_per_func
+            R_k = t.global_rewards_per_func
             mixed = mixed_groups(self._metric(R_k), G)
             rounds += 1
             generated += P
@@ -164,7 +193,7 @@ class DynamicSampler:
         keep = torch.zeros(N, dtype=torch.bool, device=R_k.device)
         keep[: found * G] = True
         merged = _concat_rows(parts, trl_contact.pad_token_id(t))
-        t._global_rewards_per_func = merged.pop("__rewards__")
+        t.global_rewards_per_func = merged.pop("__rewards__")
         self.last_sources = merged.pop("__source__")
         local = self._deal(merged, output)
         metrics.update(
@@ -219,3 +248,9 @@ def _pad(t: torch.Tensor, width: int, value: float, left: bool) -> torch.Tensor:
         return t
     filler = torch.full((t.shape[0], extra, *t.shape[2:]), value, dtype=t.dtype, device=t.device)
     return torch.cat([filler, t] if left else [t, filler], dim=1)
+
+
+@register_hook("dynamic_sampling", enabled=lambda args: args.dynamic_sampling)
+def build_dynamic_sampler(trainer: Any) -> DynamicSampler:
+    """DAPO's dynamic sampling for ``trainer`` (its refill stream and checkpointed count)."""
+    return DynamicSampler(trainer)

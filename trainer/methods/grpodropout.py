@@ -30,26 +30,13 @@ from trainer.config.errors import ConfigError
 from trainer.pipeline.batch import RolloutBatch
 from trainer.pipeline.stages import StageResult, register_config_check, register_stage
 
-DROPOUT_DELETE = ("positive", "negative", "both")
-DROPOUT_RECENTER = ("prob_weighted", "mean", "none")
-DROPOUT_BASIS = ("mean", "sum")
-DROPOUT_SELECTORS = ("paper", "balanced_push", "balanced_push_neg")
-DROPOUT_ZERO_PUSH_GROUPS = ("keep_all", "random_min_keep")
 BALANCED = ("balanced_push", "balanced_push_neg")
 
 
 @register_config_check
 def validate_dropout_fields(args: Any) -> None:
-    """The ``dropout_*`` fields name options of this method, checked whether or not it is selected."""
-    for name, allowed in (
-        ("dropout_selector", DROPOUT_SELECTORS),
-        ("dropout_delete", DROPOUT_DELETE),
-        ("dropout_recenter", DROPOUT_RECENTER),
-        ("dropout_surprisal_basis", DROPOUT_BASIS),
-        ("dropout_zero_push_groups", DROPOUT_ZERO_PUSH_GROUPS),
-    ):
-        if getattr(args, name) not in allowed:
-            raise ConfigError(name, f"{getattr(args, name)!r} is not an option", f"use one of {list(allowed)}")
+    """How the ``dropout_*`` fields combine, checked whether or not the method is selected (each option field's value
+    is checked against its Literal type by WinnowConfig: the options live in trainer/algorithms/dropout.py)."""
     if args.dropout_selector in BALANCED and args.dropout_delete != "positive":
         # the balanced selectors keep by their own push-balance rule (the released `balance` / `balance_neg`
         # variants); the restoration rule of dropout_delete belongs to the paper's selector, so it would be ignored.

@@ -24,8 +24,11 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
+from trainer import trl_contact
 from trainer.config.errors import ConfigError
+from trainer.guards import generation_resume
 from trainer.guards.stopping import stop_training
+from trainer.pipeline.hooks import register_hook
 
 # TRL prefixes evaluation metrics with "eval_"; the multi-turn rollout logs env/success_rate (multi_turn.py _log)
 SUCCESS_METRIC = "eval_env/success_rate"
@@ -92,3 +95,15 @@ class LowSuccessStopCallback(TrainerCallback):
             )
             stop_training(state, control, message)
         return control
+
+
+@register_hook("low_success_stop", enabled=lambda args: args.low_success_stop_steps > 0)
+def build_low_success_stop(trainer: Any) -> LowSuccessStop:
+    """RAGEN's low-validation-success stop, and its callback (evaluations after an empty generation batch are not
+    counted, as upstream validates no such iteration)."""
+    args = trainer.args
+    stop = LowSuccessStop(args.low_success_stop_steps, args.low_success_stop_threshold)
+    per_batch = generation_resume.micro_steps_per_batch(args)
+    trainer.add_callback(LowSuccessStopCallback(stop, lambda: trl_contact.micro_step(trainer) % per_batch == 0,
+                                                trainer.last_generation_was_empty))
+    return stop

@@ -24,7 +24,10 @@ from typing import Any, Callable
 import torch
 from transformers import TrainerCallback
 
+from trainer import trl_contact
+from trainer.guards import generation_resume
 from trainer.guards.stopping import stop_training
+from trainer.pipeline.hooks import register_hook
 
 
 def mean_group_reward_std(rewards: torch.Tensor, group_size: int) -> float:
@@ -60,6 +63,18 @@ class RewardVarianceStop:
         if len(self.window) == self.steps and all(v < self.ratio * self.base for v in self.window):
             self.triggered = True
         return self.triggered
+
+    def after_decision(self, trainer: Any, decision: Any) -> None:
+        """The trainer's hook point (trainer/pipeline/hooks.py): record the generation batch's mean within-group
+        reward std (weighted total reward, all groups before filtering), for non-empty iterations only (upstream
+        counts those)."""
+        if not bool(decision.keep.any()):
+            return
+        R_k = trainer.global_rewards_per_func
+        rewards = (R_k * trainer.reward_weights.to(R_k.device).unsqueeze(0)).nansum(dim=1)
+        value = mean_group_reward_std(rewards, trainer.num_generations)
+        self.observe(value)
+        trl_contact.metrics(trainer)["reward_variance_stop/mean_group_reward_std"].append(value)
 
     def state_dict(self) -> dict[str, Any]:
         """Baseline, window and flag, for checkpoints."""
@@ -104,3 +119,20 @@ class EvaluateBeforeTrainingCallback(TrainerCallback):
         if state.global_step == 0:
             self.trainer.evaluate()
         return control
+
+
+@register_hook("reward_variance_stop", enabled=lambda args: args.reward_variance_stop_steps > 0)
+def build_reward_variance_stop(trainer: Any) -> RewardVarianceStop:
+    """RAGEN's reward-variance stop, and its callback ending training at the end of a generation batch (TRL's
+    micro-step counter decides when it generates)."""
+    args = trainer.args
+    stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
+    per_batch = generation_resume.micro_steps_per_batch(args)
+    trainer.add_callback(RewardVarianceStopCallback(stop, lambda: trl_contact.micro_step(trainer) % per_batch == 0))
+    return stop
+
+
+@register_hook("val_before_train", enabled=lambda args: args.val_before_train)
+def build_evaluate_before_training(trainer: Any) -> None:
+    """``val_before_train``: a callback only (nothing to checkpoint)."""
+    trainer.add_callback(EvaluateBeforeTrainingCallback(trainer))

@@ -10,7 +10,6 @@ included), the static entropy bonus and an MoE model's router load-balancing los
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,6 +18,8 @@ from trainer import trl_contact
 from trainer.algorithms.losses import clipped_surrogate
 from trainer.algorithms.normalisers import ROW_NORMALISED as ROW_NORMALISED_TYPES
 from trainer.config.errors import ConfigError
+from trainer.loss.call import LossCall
+from trainer.loss.forward import PolicyPass
 
 # TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
 SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
@@ -49,47 +50,6 @@ def validate_surrogate_variant(args: Any) -> None:
             )
 
 
-@dataclass
-class PolicyPass:
-    """One micro-batch through the policy: per-token log-probs (with grad), entropies, loss mask, per-token
-    advantages, old log-probs (TRL's, or the detached current ones on-policy), and the MoE router's
-    load-balancing loss (None unless TRL's ``aux_loss_enabled``)."""
-
-    logp: torch.Tensor
-    entropies: torch.Tensor
-    mask: torch.Tensor
-    A: torch.Tensor
-    old: torch.Tensor
-    aux_loss: torch.Tensor | None = None
-
-
-# The multimodal inputs TRL's _compute_loss forwards to _get_per_token_logps_and_entropies (TRL 1.16).
-MULTIMODAL_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                   "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
-
-
-def policy_forward(trainer: Any, model: Any, inputs: dict[str, Any]) -> PolicyPass:
-    """TRL's forward for one micro-batch (same helper, same alignment as TRL's own loss)."""
-    prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-    mask = inputs["completion_mask"]
-    if "tool_mask" in inputs:
-        mask = mask * inputs["tool_mask"]
-    logp, entropies, aux_loss = trl_contact.per_token_logps_and_entropies(
-        trainer,
-        model,
-        torch.cat([prompt_ids, completion_ids], dim=1),
-        torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
-        completion_ids.size(1),
-        compute_entropy=True,
-        compute_aux_loss=trainer.aux_loss_enabled,
-        **{key: inputs.get(key) for key in MULTIMODAL_KEYS},
-    )
-    A = inputs["advantages"]
-    A = (A.unsqueeze(1) if A.dim() == 1 else A).expand_as(logp)
-    old = inputs.get("old_per_token_logps")
-    return PolicyPass(logp, entropies, mask, A, logp.detach() if old is None else old, aux_loss)
-
-
 def ppo_token_loss(p: PolicyPass, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
     """PPO's clipped surrogate per token, ``-min(r A, clip(r) A)`` as TRL writes it, r = exp(logp - old)
     (trainer/algorithms/losses.py :func:`clipped_surrogate`)."""
@@ -104,29 +64,29 @@ def normalise(trainer: Any, per_token_loss: torch.Tensor, mask: torch.Tensor, in
     return trl_contact.trl_normalise(trainer, per_token_loss, mask, inputs, training=True)
 
 
-def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
-    """The micro-batch loss from a per-token policy loss, with TRL's corrections, KL, normaliser, bonus, aux loss."""
-    args = trainer.args
+def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: dict[str, Any],
+           call: LossCall) -> torch.Tensor:
+    """The micro-batch loss from a per-token policy loss, with TRL's corrections, KL, normaliser, bonus, aux loss;
+    ``call`` brings the row scale and the bonus's weight and takes the logged metrics (trainer/loss/call.py)."""
+    record = call.recorder
     if trainer.use_vllm and trainer.vllm_importance_sampling_correction:
         per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
     if trainer.beta != 0.0:
         per_token_kl = reference_kl(trainer, p, inputs)
         per_token_loss = per_token_loss + trainer.beta * per_token_kl
-        trl_contact.metrics(trainer)["kl"].append(global_mean(trainer, per_token_kl, p.mask))
-    scale = inputs.get("winnow_loss_scale")
-    if scale is not None and trainer.loss_type in ROW_NORMALISED:
-        per_token_loss = per_token_loss * scale  # dropped rollouts out of the row count (see compaction.py)
+        record.mean("kl", (per_token_kl.detach() * p.mask).sum(), p.mask.sum())
+    if call.row_scale is not None and trainer.loss_type in ROW_NORMALISED:
+        per_token_loss = per_token_loss * call.row_scale  # dropped rollouts out of the row count (see compaction.py)
     loss = normalise(trainer, per_token_loss, p.mask, inputs)
-    entropy_coef = getattr(trainer, "entropy_coef", args.entropy_coef)
-    if entropy_coef:
+    if trainer.entropy_coef:
         bonus = (
             (p.entropies * p.mask).sum() / p.mask.sum().clamp(min=1.0) / trainer.current_gradient_accumulation_steps
         )
-        loss = loss - entropy_coef * bonus
+        loss = loss - trainer.entropy_coef * call.entropy_weight * bonus
     if trainer.aux_loss_enabled:  # MoE load balancing, as TRL adds it (scaled for gradient accumulation only)
         loss = loss + trainer.router_aux_loss_coef * p.aux_loss / trainer.current_gradient_accumulation_steps
-        trl_contact.metrics(trainer)["aux_loss"].append(trainer.accelerator.gather_for_metrics(p.aux_loss).mean().item())
-    trl_contact.metrics(trainer)["entropy"].append(global_mean(trainer, p.entropies, p.mask))
+        record.rank_value("aux_loss", p.aux_loss.detach())
+    record.mean("entropy", (p.entropies.detach() * p.mask).sum(), p.mask.sum())
     return loss
 
 
@@ -138,9 +98,3 @@ def reference_kl(trainer: Any, p: PolicyPass, inputs: dict[str, Any]) -> torch.T
     also clamped to [-10, 10] there; the clamp is not reproduced)."""
     return trl_contact.trl_reference_kl(p.logp, p.old, inputs["ref_per_token_logps"],
                                         trainer.args.use_bias_correction_kl)
-
-
-def global_mean(trainer: Any, x: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean of ``x`` over the valid tokens of every process (one all-reduce)."""
-    totals = trainer.accelerator.reduce(torch.stack([(x.detach() * mask).sum(), mask.sum().float()]), reduction="sum")
-    return float(totals[0] / totals[1].clamp(min=1.0))

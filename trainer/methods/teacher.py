@@ -36,6 +36,9 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from trl.models import prepare_deepspeed
+from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from trainer.pipeline.token_budget import equal_forward_fillers, plan_trimmed, row_extents, shortest_row
 
@@ -51,8 +54,6 @@ def check_vocabulary(
     """Refuse a teacher whose tokenizer maps any token differently from the student's, or whose embedding table
     is smaller than the student's vocabulary (its log-probs would be of other tokens). Raises
     :class:`TeacherVocabularyError` with both sizes and the first differing token."""
-    from transformers import AutoTokenizer
-
     student_vocab = student_tokenizer.get_vocab()
     rows = int(getattr(teacher_config.get_text_config(), "vocab_size", 0) or 0)
     if rows < len(student_vocab):
@@ -77,8 +78,6 @@ def check_vocabulary(
 
 def load_teacher(args: Any, accelerator: Any, student_tokenizer: Any) -> torch.nn.Module:
     """Load ``args.teacher_model_name_or_path`` frozen and prepared for this launch (see the module docstring)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     path, revision = args.teacher_model_name_or_path, args.teacher_revision
     remote = bool(getattr(args, "trust_remote_code", False))  # the policy's setting (GRPOConfig) covers the teacher
     config = AutoConfig.from_pretrained(path, revision=revision, trust_remote_code=remote)
@@ -92,8 +91,6 @@ def load_teacher(args: Any, accelerator: Any, student_tokenizer: Any) -> torch.n
     model.eval()
     model.requires_grad_(False)
     if getattr(accelerator.state, "deepspeed_plugin", None) is not None:
-        from trl.models import prepare_deepspeed
-
         return prepare_deepspeed(model, accelerator)
     return accelerator.prepare_model(model, evaluation_mode=True)
 
@@ -245,8 +242,6 @@ def _forward_scores(core: Any, ids: torch.Tensor, mask: torch.Tensor, width: int
                     with_entropy: bool, chunk_tokens: int, dummy: bool) -> tuple[list[torch.Tensor], Any]:
     """One backbone forward and the float32 head over the last ``width`` positions' states, in chunks of
     ``chunk_tokens``: (flat log-probs per temperature, flat entropy or None); a dummy only runs the collectives."""
-    from trl.trainer.utils import maybe_gather_lm_head_ctx
-
     lm_head = core.get_output_embeddings()
     hidden = core.base_model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
     with maybe_gather_lm_head_ctx(lm_head.weight, lm_head.bias):  # a collective too: dummy forwards enter it

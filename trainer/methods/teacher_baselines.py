@@ -20,7 +20,9 @@ from typing import Any
 import torch
 
 from trainer.algorithms.uecr import atod_advantages, atod_lambda, distilled_rl_advantages, pg_opd_advantages
-from trainer.methods.surrogate import finish, policy_forward, ppo_token_loss, validate_surrogate_variant
+from trainer.loss.call import LossCall
+from trainer.loss.forward import policy_forward
+from trainer.methods.surrogate import finish, ppo_token_loss, validate_surrogate_variant
 from trainer.methods.uecr import TEACHER, teacher_gap
 from trainer.pipeline.batch import RolloutBatch
 from trainer.pipeline.stages import StageResult, get_stage, register_stage
@@ -76,7 +78,7 @@ def teacher_delta_rows(batch: RolloutBatch) -> dict[str, torch.Tensor]:
 
 @register_stage("loss_variant", "naive_hybrid", needs=TEACHER, metric_prefix="naive_hybrid",
                 validate=validate_surrogate_variant, loss_inputs=teacher_delta_rows)
-def naive_hybrid_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+def naive_hybrid_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) -> torch.Tensor:
     """L = L_clip(A_GRPO) + L_clip(opd_coef * delta) (reference §2.7): two clipped surrogates on one forward."""
     if not trainer.model.training:
         return trainer.trl_compute_loss(model, inputs)
@@ -84,4 +86,4 @@ def naive_hybrid_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch
     A_opd = inputs[TEACHER_DELTA_KEY] * trainer.args.opd_coef
     eps_low, eps_high = trainer.epsilon_low, trainer.epsilon_high
     per_token = ppo_token_loss(p, p.A, eps_low, eps_high) + ppo_token_loss(p, A_opd, eps_low, eps_high)
-    return finish(trainer, p, per_token, inputs)
+    return finish(trainer, p, per_token, inputs, call)

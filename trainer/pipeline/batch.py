@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.algorithms.grpo import group_index, group_view
+from trainer.algorithms.grpo import group_index, group_view, total_reward
 
 
 def gather_padded(accelerator: Any, t: torch.Tensor, pad: float = 0, pad_first: bool = False) -> torch.Tensor:
@@ -66,8 +66,6 @@ class RolloutBatch:
     @property
     def R(self) -> torch.Tensor:
         """Total (weighted) reward per rollout (N,), NaN where no reward function scored it."""
-        from trainer.algorithms.grpo import total_reward
-
         return total_reward(self.R_k, self.reward_weights)
 
     @property

@@ -51,6 +51,16 @@ class PhaseTimer:
 
         return timed
 
+    def optimizer_started(self) -> None:
+        """Mark the start of ``optimizer.step`` (transformers' pre-optimizer hook)."""
+        self._optimizer_start = time.perf_counter()
+
+    def optimizer_done(self) -> None:
+        """Add the seconds since :meth:`optimizer_started` to ``optimizer`` (nothing if it was not called)."""
+        if self._optimizer_start is not None:
+            self.seconds["optimizer"] += time.perf_counter() - self._optimizer_start
+            self._optimizer_start = None
+
     def flush(self, metrics: dict[str, list]) -> None:
         """Append this step's totals (``timing_s/*``) and start the next step."""
         for name, seconds in self.seconds.items():
@@ -66,12 +76,10 @@ class PhaseTimingCallback(TrainerCallback):
         self.timer, self.trainer = timer, trainer
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.timer._optimizer_start = time.perf_counter()
+        self.timer.optimizer_started()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        if self.timer._optimizer_start is not None:
-            self.timer.seconds["optimizer"] += time.perf_counter() - self.timer._optimizer_start
-            self.timer._optimizer_start = None
+        self.timer.optimizer_done()
 
     def on_step_end(self, args, state, control, **kwargs):
         self.timer.flush(trl_contact.metrics(self.trainer))

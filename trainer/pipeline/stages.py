@@ -11,8 +11,9 @@ Kinds:
 - ``rollout_dropout``: rollout level, returns a keep mask and optionally transformed advantages
   (it may read ``batch.base_advantages()``, the configured estimator's output).
 - ``advantage``: the estimator, returns advantages (N,) or per-token (N, T).
-- ``loss_variant``: ``fn(trainer, model, inputs) -> loss`` replacing TRL's ``_compute_loss`` for one
-  micro-batch (the default, ``none``, is TRL's loss unchanged).
+- ``loss_variant``: ``fn(trainer, model, inputs, call) -> loss`` replacing TRL's ``_compute_loss`` for one
+  micro-batch (the default, ``none``, is TRL's loss); ``call`` (trainer/loss/call.py) carries the row scale, the
+  entropy bonus's weighting and the recorder of the logged metrics.
 
 ``needs`` names per-row inputs the trainer must compute before the pipeline runs, each one registered with
 :func:`register_input` (a function of the trainer and this rank's batch). Built in: ``old_logps`` (old-policy
@@ -41,6 +42,8 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import torch
 
 from trainer.algorithms.grpo import grpo_advantages, normalize_then_sum_advantages
+from trainer.loss.call import LossCall
+from trainer.loss.trl_loss import trl_policy_loss
 from trainer.pipeline.batch import RolloutBatch
 
 STAGE_KINDS = ("rollout_filter", "rollout_dropout", "advantage", "loss_variant")
@@ -142,7 +145,7 @@ def register_config_check(check: Callable[[Any], None]) -> Callable[[Any], None]
 
 def config_checks() -> list[Callable[[Any], None]]:
     """The registered config checks (the built-in methods' included), in registration order."""
-    _load_builtin_methods()
+    load_builtin_methods()
     return list(_CONFIG_CHECKS)
 
 
@@ -184,7 +187,7 @@ def register_stage(
     return decorator
 
 
-def _load_builtin_methods() -> None:
+def load_builtin_methods() -> None:
     """Import ``trainer.methods`` once, which registers the method stages (GRPODropout, SNR, ...).
 
     Done on the first lookup rather than at import so that this registry imports nothing of the methods: they
@@ -197,13 +200,13 @@ def _load_builtin_methods() -> None:
 
 def available(kind: str) -> list[str]:
     """Names registered for ``kind`` (the built-in method stages included), sorted."""
-    _load_builtin_methods()
+    load_builtin_methods()
     return sorted(_REGISTRY[kind])
 
 
 def get_stage(kind: str, name: str) -> Stage:
     """Look up a registered stage (the built-in method stages included); KeyError lists what exists."""
-    _load_builtin_methods()
+    load_builtin_methods()
     try:
         return _REGISTRY[kind][name]
     except KeyError:
@@ -388,17 +391,27 @@ def _grpo(batch: RolloutBatch, args: Any) -> StageResult:
 
 
 @register_stage("loss_variant", "none")
-def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-    """TRL's clipped surrogate for the configured ``loss_type``, unchanged."""
-    return trainer.trl_compute_loss(model, inputs)
+def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) -> torch.Tensor:
+    """TRL's loss for the configured ``loss_type``: TRL's own ``_compute_loss`` where nothing of winnow changes it
+    (``call.plain``), else the same loss with winnow's differences as arguments (trainer/loss/trl_loss.py)."""
+    if call.plain:
+        return trainer.trl_compute_loss(model, inputs)
+    return trl_policy_loss(trainer, model, inputs, call)
 
 
 
 # Built-in per-row inputs: model forwards only the trainer can run, so each delegates to it. ``teacher`` comes
 # first: its student pass also yields the old policy's log-probs at the sampling temperature, which ``old_logps``
 # then reuses instead of a second forward.
-register_input("teacher", lambda trainer, output, needs, computed: trainer.teacher_inputs(output),
-               phase="teacher_scoring")
+def _teacher_input(trainer: Any, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):
+    """The teacher hook's scores (trainer/methods/teacher_hook.py); its old-policy log-probs at the sampling
+    temperature (the same forward as T = 1) are left for ``old_logps`` to reuse, not gathered."""
+    scores = trainer.hook("teacher").scores(trainer, output)
+    scores["_old_logps_sampling_t"] = scores.pop("old_logps_sampling_t")
+    return scores
+
+
+register_input("teacher", _teacher_input, phase="teacher_scoring")
 register_input("old_logps",
                lambda trainer, output, needs, computed: trainer.old_policy_inputs(output, needs, computed))
 register_input("entropies", _INPUTS["old_logps"].compute)  # the same forward: one call computes both

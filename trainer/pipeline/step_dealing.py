@@ -42,14 +42,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 import torch
 
 logger = logging.getLogger(__name__)
 
-FIXED, PROPORTIONAL, VERL_MINIBATCH = "fixed", "proportional", "verl_minibatch"
-FILTERED_UPDATES = (FIXED, PROPORTIONAL, VERL_MINIBATCH)
+FilteredUpdates = Literal["fixed", "proportional", "verl_minibatch"]  # WinnowConfig.filtered_updates's type
+FILTERED_UPDATES: tuple[str, ...] = get_args(FilteredUpdates)
+FIXED, PROPORTIONAL, VERL_MINIBATCH = FILTERED_UPDATES
 WHOLE_STEPS = (PROPORTIONAL, VERL_MINIBATCH)  # modes whose kept rows fill whole optimizer steps of M rows
 KEPT_KEY = "winnow_kept"  # per-row bool the trainer adds to TRL's batch dict so the deal can find kept rows
 _warned: set[str] = set()

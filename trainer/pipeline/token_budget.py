@@ -12,16 +12,17 @@ no library offers it for TRL, hence this file). Three pieces:
   term (KL included, which shares its normaliser) scales by the chunk's share of TRL's normaliser (rows for
   grpo/sapo/dr_grpo/luspo, clamped loss tokens for bnpo, 1 for dapo/cispo/vespo whose normaliser is the global
   ``num_items_in_batch``); the entropy bonus, whose normaliser can differ (TRL: token mean of the micro-batch),
-  gets its own share through a per-chunk ``entropy_coef`` -- and TRL's logged metrics merged as if unchunked.
+  gets its own share through the chunk's ``LossCall.entropy_weight`` -- and TRL's logged metrics recorded per
+  chunk and reduced once, as if unchunked (trainer/loss/call.py).
 - :func:`chunked_logps`: the no-grad log-prob passes (old policy, reference) over the same kind of chunks,
   reassembled in row order. Teacher scoring (trainer/methods/teacher.py) and the collapse detector's cross-scoring
   plan their chunks with the same pure planner, :func:`plan_trimmed`.
 
 Several processes: the weights are TRL's per-rank normalisers (``dapo``'s global ``num_items_in_batch /
 num_processes`` passes through), so each rank's chunk sum is TRL's loss on that rank; gradients sync once per
-micro-step (DDP ``no_sync`` / DeepSpeed off-boundary backward for the earlier chunks), TRL's metric collectives
-run once per micro-step on merged local statistics, and under multi-process DeepSpeed (ZeRO-3: every forward and
-backward is a collective) ranks pad to the largest chunk count with zero-weight filler chunks.
+micro-step (DDP ``no_sync`` / DeepSpeed off-boundary backward for the earlier chunks), the metric collectives
+run once per micro-step on the chunks' summed local statistics, and under multi-process DeepSpeed (ZeRO-3: every
+forward and backward is a collective) ranks pad to the largest chunk count with zero-weight filler chunks.
 
 Prompts are left-padded and completions right-padded (TRL's layout); a chunk keeps the columns where any of its
 rows has a real token, found from the masks. Causal attention makes the dropped right padding irrelevant; the
@@ -32,8 +33,8 @@ see (relative attention) -- absolute-position models would.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import math
 from typing import Any, Callable
 
 import torch
@@ -41,17 +42,9 @@ from accelerate.utils import DistributedType
 
 from trainer import trl_contact
 from trainer.algorithms.normalisers import normaliser
+from trainer.loss.call import LossCall, LossRecorder
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-# TRL's logged means and what decides their weighting. TRL 1.16's ``global_masked_mean`` averages one value per row
-# (sum / rows) when the metric's tensor has a single column, else over loss tokens (sum / mask.sum()):
-# trl==1.16.0:trl/trainer/grpo_trainer.py:3259-3265, applied at :3267-3288. Each metric's tensor:
-#   "token": per token always (per_token_kl, entropies): a single column only when the completions have one;
-#   "ratio": the clip indicators (coef_1 <> bound) & (advantages <> 0), a broadcast of coef_1 (one column at
-#            importance_sampling_level "sequence") and the advantages (one column per row, or one per token);
-#   "row": VESPO's phi, (B, 1) always.
-MEAN_METRICS = {"kl": "token", "entropy": "token", "clip_ratio/low_mean": "ratio", "clip_ratio/high_mean": "ratio",
-                "clip_ratio/region_mean": "ratio", "cispo_clip_ratio": "ratio", "vespo/phi_seq_mean": "row"}
 
 
 def row_extents(prompt_mask: torch.Tensor, completion_mask: torch.Tensor) -> tuple[list[int], list[int]]:
@@ -128,7 +121,7 @@ def _chunk_inputs(inputs: dict[str, Any], budget: int):
     """(rows, chunk inputs) for each chunk of the micro-batch, the plan's padded/real token counts, and the row
     extents (prompt, completion) it was planned from. A chunk keeps two completion columns at least where the
     micro-batch has two: TRL's metrics tell per-row from per-token tensors by their column count
-    (:data:`MEAN_METRICS`), so a chunk must not turn a per-token tensor into a one-column one."""
+    (``LossRecorder.trl_mean``), so a chunk must not turn a per-token tensor into a one-column one."""
     extents = row_extents(inputs["prompt_mask"], inputs["completion_mask"])
     plan, stats = plan_trimmed(*extents, budget)
     stats["real"] = int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
@@ -159,52 +152,40 @@ def chunk_weights(trainer: Any, inputs: dict[str, Any], chunk: dict[str, Any]) -
     return policy, policy if loss_type_bonus else tokens
 
 
-def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Callable[[Any, Any, dict], torch.Tensor],
-                 backward: Callable[[torch.Tensor], None]) -> torch.Tensor:
+def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Callable[..., torch.Tensor],
+                 backward: Callable[[torch.Tensor], None], call: LossCall) -> torch.Tensor:
     """The micro-batch loss of ``loss_fn`` computed chunk by chunk (see module docstring). Every chunk but the last
     is backpropagated here (its graph freed at once); the returned tensor carries the last chunk's graph plus the
     others' detached values, so the caller's single ``backward`` completes the same gradient and reports the
     unchunked loss value.
 
-    Across processes: TRL's metric collectives run once per micro-step on the merged local statistics (the chunk
-    calls see local ``gather`` / ``reduce``), so ranks with different chunk counts stay in lockstep; under DDP the
-    earlier chunks run under ``no_sync`` (only the last backward of a sync micro-step all-reduces), under
+    ``call`` is the micro-batch's :class:`LossCall`: each chunk gets a copy with its weights, recording into
+    ``call.recorder``, which the caller reduces once (so ranks with different chunk counts stay in lockstep); under
+    DDP the earlier chunks run under ``no_sync`` (only the last backward of a sync micro-step all-reduces), under
     DeepSpeed they backpropagate through the engine off the accumulation boundary, and ZeRO-3 ranks pad to the
     largest chunk count with zero-weight filler chunks (every forward and backward there is a collective)."""
     chunks, stats, extents = _chunk_inputs(inputs, trainer.args.micro_batch_tokens)
     acc = trainer.accelerator
     fillers = _filler_count(acc, len(chunks), inputs["completion_ids"].device)
     partial_context, partial_backward = _partial_backward(trainer, model, backward)
-    metrics = trl_contact.metrics(trainer)
-    marks = {k: len(v) for k, v in metrics.items()}
-    coef = trainer.entropy_coef
-    done, weights = 0.0, []
-    last = None
+    done, last = 0.0, None
     calls = [(c, False) for _, c in chunks] + ([(_filler_chunk(inputs, extents), True)] * fillers if fillers else [])
-    try:
-        with local_collectives(acc):
-            for i, (chunk, is_filler) in enumerate(calls):
-                final = i + 1 == len(calls)
-                with contextlib.nullcontext() if final else partial_context():
-                    if is_filler:  # same collectives as a real chunk, zero contribution, metrics discarded
-                        seen = {k: len(v) for k, v in metrics.items()}
-                        trainer.entropy_coef = 0.0
-                        loss = loss_fn(trainer, model, chunk) * 0.0
-                        for key, n in seen.items():
-                            del metrics[key][n:]
-                    else:
-                        w_pol, w_ent = chunk_weights(trainer, inputs, chunk)
-                        trainer.entropy_coef = coef * w_ent / w_pol  # TRL scales the bonus by entropy_coef alone
-                        loss = loss_fn(trainer, model, chunk) * w_pol
-                        weights.append((w_pol, float(_loss_mask(chunk).sum()), chunk["completion_ids"].size(0)))
-                    if not final:
-                        partial_backward(loss)
-                        done += float(loss.detach())
-                if final:
-                    last = loss
-    finally:
-        trainer.entropy_coef = coef
-    merge_metrics(trainer, metrics, marks, weights, row_mean_metrics(trainer, inputs))
+    for i, (chunk, is_filler) in enumerate(calls):
+        final = i + 1 == len(calls)
+        with contextlib.nullcontext() if final else partial_context():
+            if is_filler:  # same collectives as a real chunk, zero contribution, its metrics recorded nowhere
+                loss = loss_fn(trainer, model, chunk, dataclasses.replace(call, chunked=True,
+                                                                          recorder=LossRecorder())) * 0.0
+            else:
+                w_pol, w_ent = chunk_weights(trainer, inputs, chunk)
+                chunk_call = dataclasses.replace(call, chunked=True, policy_weight=w_pol, entropy_weight=w_ent / w_pol)
+                loss = loss_fn(trainer, model, chunk, chunk_call) * w_pol
+            if not final:
+                partial_backward(loss)
+                done += float(loss.detach())
+        if final:
+            last = loss
+    metrics = trl_contact.metrics(trainer)
     metrics["tokens/padded_loss"].append(float(stats["padded"]))
     metrics["tokens/real_loss"].append(float(stats["real"]))
     metrics["tokens/loss_chunks"].append(float(len(chunks)))
@@ -257,84 +238,6 @@ def _partial_backward(trainer: Any, model: Any, backward: Callable[[torch.Tensor
 
         return contextlib.nullcontext, ds_backward
     return functools.partial(acc.no_sync, model), backward
-
-
-@contextlib.contextmanager
-def local_collectives(accelerator: Any):
-    """Within: ``accelerator.gather`` / ``reduce`` return this process's own values, so per-chunk metric
-    calls record local statistics (merged, then reduced once, in :func:`merge_metrics`)."""
-    accelerator.gather = lambda t: t[None] if t.dim() == 0 else t
-    accelerator.reduce = lambda t, reduction="sum", scale=1.0: t
-    try:
-        yield
-    finally:
-        del accelerator.gather, accelerator.reduce
-
-
-def row_mean_metrics(trainer: Any, inputs: dict[str, Any]) -> frozenset[str]:
-    """The metrics of :data:`MEAN_METRICS` that TRL's reduction of this micro-batch averages per row (their tensor has
-    one column); the others it averages per loss token. The surrogate variants (trainer/methods/surrogate.py) log
-    ``kl`` and ``entropy`` as token means whatever the width."""
-    one_column = inputs["completion_ids"].size(1) == 1
-    A = inputs["advantages"]
-    row_ratio = (trainer.importance_sampling_level == "sequence" or one_column) and (A.dim() == 1 or A.size(1) == 1)
-    row = {"row": True, "ratio": row_ratio, "token": one_column and trainer.args.loss_variant == "none"}
-    return frozenset(key for key, kind in MEAN_METRICS.items() if row[kind])
-
-
-def merge_metrics(trainer: Any, metrics: dict[str, list], marks: dict[str, int], weights: list[tuple],
-                  by_rows: frozenset[str] = frozenset()) -> None:
-    """Replace the per-chunk local values each metric received by the value the unchunked call would have logged.
-    Means weight by loss tokens, or by rows for the metrics in ``by_rows`` (:func:`row_mean_metrics`: as TRL reduced
-    them), and are reduced as TRL does (global sum over global count); ``policy_loss`` is the policy-weighted sum,
-    averaged over processes (TRL: ``gather(...).nanmean()``); the clip-ratio extremes take the min / max over
-    chunks and processes; ``entropy_coef`` is the configured coefficient. Two collectives in all."""
-    merged: dict[str, Any] = {}
-    for key in sorted(metrics):
-        values = metrics[key][marks.get(key, 0):]
-        if key == "entropy_coef" or len(values) != len(weights):
-            continue  # not appended once per chunk (e.g. entropy_coef only at optimizer-step boundaries)
-        del metrics[key][marks.get(key, 0):]
-        merged[key] = _local_merge(key, values, weights, key in by_rows)
-    acc = trainer.accelerator
-    sums = [k for k, v in merged.items() if isinstance(v, tuple)]
-    extremes = [k for k in merged if k not in sums]
-    device = acc.device
-    if sums:
-        totals = acc.reduce(torch.tensor([x for k in sums for x in merged[k]], device=device, dtype=torch.float64),
-                            reduction="sum").view(-1, 2)
-        for k, (s, c) in zip(sums, totals.tolist()):
-            metrics[k].append(s / max(c, 1.0))
-    if extremes:
-        local = torch.tensor([merged[k] for k in extremes], device=device, dtype=torch.float64)
-        gathered = acc.gather(local[None]).view(-1, len(extremes)) if acc.num_processes > 1 else local[None]
-        for j, k in enumerate(extremes):
-            column = gathered[:, j]
-            finite = column[~column.isnan()]
-            if k == "policy_loss":
-                metrics[k].append(float(finite.mean()) if finite.numel() else float("nan"))
-            elif k == "clip_ratio/low_min":
-                metrics[k].append(float(finite.min()) if finite.numel() else float("nan"))
-            else:
-                metrics[k].append(float(finite.max()) if finite.numel() else float("nan"))
-    if "entropy_coef" in metrics and len(metrics["entropy_coef"]) > marks.get("entropy_coef", 0):
-        del metrics["entropy_coef"][marks.get("entropy_coef", 0):]
-        metrics["entropy_coef"].append(trainer.entropy_coef)
-
-
-EXTREMES = {"clip_ratio/low_min": min, "clip_ratio/high_max": max}
-
-
-def _local_merge(key: str, values: list[float], weights: list[tuple], by_rows: bool) -> float | tuple[float, float]:
-    """This process's merged value: a float for ``policy_loss`` and the clip-ratio extremes, a (sum, count)
-    pair for token (``by_rows``: row) means."""
-    if key in EXTREMES:
-        finite = [v for v in values if not math.isnan(v)]
-        return EXTREMES[key](finite) if finite else float("nan")
-    if key == "policy_loss":
-        return sum(v * w[0] for v, w in zip(values, weights))
-    w = [float(x[2]) if by_rows else x[1] for x in weights]
-    return sum(v * x for v, x in zip(values, w)), sum(w)
 
 
 def chunked_logps(forward: Callable[..., tuple], model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -47,7 +47,7 @@ def relog_rounds(trainer: Any, marks: dict[str, int], kept: torch.Tensor, comple
                  completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> None:
     """Move the per-round values appended since ``marks`` to ``dynamic_sampling/all_rounds/*`` and log the trained
     batch's under TRL's names. ``kept`` (N,) bool: the trained rows (whole groups) of the merged global batch, whose
-    rewards are ``trainer._global_rewards_per_func``; ``completion_ids`` / ``completion_mask`` / ``tool_mask``: its
+    rewards are ``trainer.global_rewards_per_func``; ``completion_ids`` / ``completion_mask`` / ``tool_mask``: its
     gathered (right-padded) tensors."""
     metrics = trl_contact.metrics(trainer)
     for name in [k for k in metrics if is_round_metric(k)]:
@@ -64,7 +64,7 @@ def trained_values(trainer: Any, kept: torch.Tensor, completion_ids: torch.Tenso
                    tool_mask: torch.Tensor | None) -> dict[str, float]:
     """TRL's per-round metrics (trl/trainer/grpo_trainer.py ``_generate_and_score_completions``) over the kept rows."""
     args, G = trainer.args, trainer.num_generations
-    R_k = trainer._global_rewards_per_func[kept]
+    R_k = trainer.global_rewards_per_func[kept]
     weights = trainer.reward_weights.to(R_k.device)
     R = total_reward(R_k, weights)
     if trainer.multi_objective_aggregation == "normalize_then_sum":

@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import torch
+from accelerate.utils import broadcast_object_list, gather_object
+from trl.chat_template_utils import get_training_chat_template
+from trl.models.utils import unwrap_model_for_generation
 
 from envs import make_env
 from envs.episode import Episode, EpisodeSettings
@@ -50,8 +53,6 @@ from trainer.config.core import ConfigError
 def training_chat_template(tokenizer: Any) -> str | None:
     """The model's training chat template: TRL's prefix-preserving variant where TRL ships one (Qwen3, Qwen2.5,
     Llama 3, ...), else None (the tokenizer's own template, checked by :class:`ChatTokens`)."""
-    from trl.chat_template_utils import get_training_chat_template
-
     try:
         return get_training_chat_template(tokenizer)
     except ValueError:  # no training variant known; the tokenizer's own may still be prefix-preserving (ChatML)
@@ -139,8 +140,6 @@ class LocalBackend:
     @contextmanager
     def session(self) -> Iterator["LocalBackend"]:
         """Unwrap (and under ZeRO-3 gather) the policy once for all turns of the rollout."""
-        from trl.models.utils import unwrap_model_for_generation
-
         t = self.trainer
         with unwrap_model_for_generation(
             t.model_wrapped, t.accelerator, gather_deepspeed3_params=t.args.ds3_gather_for_generation,
@@ -184,8 +183,6 @@ class VLLMServerBackend:
         self, contexts: list[list[int]], max_new_tokens: int, temperature: float, stop_ids: Sequence[int]
     ) -> list[Sample]:
         """Generate on the server for every process's contexts; return this process's samples."""
-        from accelerate.utils import broadcast_object_list, gather_object
-
         t = self.trainer
         acc = t.accelerator
         counts = gather_object([len(contexts)])

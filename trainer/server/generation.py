@@ -11,6 +11,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Callable
 
+from accelerate.utils import broadcast_object_list
+from trl.generation.vllm_client import VLLMClient
 from trl.generation.vllm_generation import VLLMGeneration
 
 from trainer import trl_contact
@@ -30,7 +32,6 @@ def server_generation_class(args: Any, kind: str) -> type:
         def _init_vllm(self) -> None:
             if self.mode != "server":
                 return super()._init_vllm()
-            from trl.generation.vllm_client import VLLMClient
 
             self.base_url = self.server_base_url or f"http://{self.server_host}:{self.server_port}"
             self.vllm_client, info, failure = None, None, None
@@ -72,8 +73,6 @@ def raise_on_every_rank(accelerator: Any, failure: BaseException | None, base_ur
     instead of waiting in the next collective. Returns the main process's ``payload`` on every rank."""
     shared = [None if failure is None else f"{type(failure).__name__}: {failure}", payload]
     if accelerator.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
         broadcast_object_list(shared, from_process=0)
     if failure is not None:
         raise failure

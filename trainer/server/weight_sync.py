@@ -32,6 +32,9 @@ from typing import Any, Callable
 
 import requests
 import torch
+import trl.generation.vllm_client as client_module
+from peft import PeftModel, get_peft_model_state_dict
+from safetensors.torch import save_file
 
 from trainer import trl_contact
 from trainer.server.client import GenerationServerError
@@ -117,8 +120,6 @@ class ShardWriter:
 
     def flush(self) -> None:
         """Write the queued tensors as the next shard."""
-        from safetensors.torch import save_file
-
         if not self.pending:
             return
         file = f"model-{len(self.files) + 1:05d}.safetensors"
@@ -234,9 +235,6 @@ class LoraSync(VersionedSync):
 
     def sync(self) -> dict[str, float]:
         """Write the adapter and load it in place under ``self.name`` (collective under ZeRO-3)."""
-        from peft import get_peft_model_state_dict
-        from safetensors.torch import save_file
-
         start = time.perf_counter()
         with trl_contact.gather_params(self.generation, self.params):
             state = (
@@ -259,8 +257,6 @@ class LoraSync(VersionedSync):
 
 def lora_problems(model: Any, server_info: dict | None) -> list[str]:
     """Why ``weight_sync: lora`` cannot work with this model and server (empty when it can)."""
-    from peft import PeftModel
-
     if not isinstance(model, PeftModel):
         return [
             "weight_sync: lora needs a PEFT model (set use_peft: true with lora_r/lora_alpha/lora_target_modules), "
@@ -294,8 +290,6 @@ def http_only_client():
     Why: TRL refuses to construct its client without vLLM importable because its NCCL sync imports vLLM; generation
     over HTTP and the disk/lora syncs need only ``requests``. On CPU the server's vLLM pins a transformers release
     the trainer's environment cannot share, so the server runs from its own venv."""
-    import trl.generation.vllm_client as client_module
-
     original = client_module.is_vllm_available
     if original():
         yield

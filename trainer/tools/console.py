@@ -21,6 +21,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from transformers.training_args import trainer_log_levels
+
 WINNOW_LOGGERS = ("trainer", "rewards", "envs")  # the packages of pyproject.toml
 LOG_FORMAT = "[%(levelname)s|%(name)s] %(message)s"
 
@@ -48,8 +50,6 @@ def winnow_log_level(args: Any) -> int:
     """The level of winnow's loggers on this process: ``log_level`` on the process that logs (rank 0, or local rank 0
     with ``log_on_each_node``), ``log_level_replica`` elsewhere; ``passive`` there is INFO, WARNING elsewhere.
     Read from the launcher's environment: no process group exists yet when main() calls it."""
-    from transformers.training_args import trainer_log_levels
-
     rank = os.environ.get("LOCAL_RANK" if getattr(args, "log_on_each_node", True) else "RANK", "0")
     logs = int(rank or 0) == 0
     level = trainer_log_levels[args.log_level if logs else args.log_level_replica]

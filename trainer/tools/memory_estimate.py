@@ -47,7 +47,7 @@ RUNTIME_OVERHEAD = 3 * GB
 
 def fused_head_tile() -> tuple[int, int]:
     """TRL's fused LM head tile: (tokens, vocabulary rows), as TRL 1.16 sizes it (read in trainer/trl_contact.py)."""
-    from trainer import trl_contact
+    from trainer import trl_contact  # heavy: torch (trl_contact); the estimate itself is arithmetic
 
     return trl_contact.fused_head_tile()
 

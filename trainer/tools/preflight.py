@@ -33,12 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from trainer.algorithms import normalisers
 from trainer.config.core import ConfigError
+from trainer.config.recipe import parse_recipe, resolve_model_path
 from trainer.config.recipe_parser import RecipeError
 from trainer.config.redaction import redact_url
+from trainer.config.server import resolve_weight_sync, server_url
+from trainer.guards.startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
+from trainer.server.listeners import listener_lines
 from trainer.tools import memory_estimate as mem
 
 REPO = Path(__file__).resolve().parents[2]
@@ -173,7 +178,7 @@ def server_launcher() -> Any:
                           "run it from a clone: python launch/train.py --config RECIPE.yaml --dry-run")
     if str(REPO / "launch") not in sys.path:
         sys.path.insert(0, str(REPO / "launch"))
-    import vllm_server
+    import vllm_server  # optional: a script of the checkout (absent in a wheel install), on sys.path from just above
 
     return vllm_server
 
@@ -287,11 +292,6 @@ def loss_lines(args: Any, rows_per_step: int) -> list[tuple[str, str]]:
 
 def run(argv: list[str]) -> Report:
     """Build the preflight report for ``argv`` (the recipe's argv plus the extra flags of the module docstring)."""
-    import torch
-
-    from trainer.config.recipe import parse_recipe, resolve_model_path
-    from trainer.guards.startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
-
     vllm_server = server_launcher()
     opts, rest = _split_argv(argv)
     report = Report()
@@ -336,10 +336,8 @@ def run(argv: list[str]) -> Report:
     tp = opts.tensor_parallel_size or args.vllm_server_tensor_parallel_size
     prompt_bound = task.max_prompt_tokens
     target_cuda = not raw.get("use_cpu", False)
-    settings = vllm_server._settings_from_recipe(path) if server else {}
+    settings = vllm_server.settings_from_recipe(path) if server else {}
     if server:
-        from trainer.config.server import resolve_weight_sync
-
         sync = resolve_weight_sync(args.weight_sync, target_cuda)
         report.add("ok", "weight sync", f"weight_sync {args.weight_sync} -> {sync} on the GPU launch"
                    + (f" ({resolve_weight_sync(args.weight_sync, cuda_here)} on this machine)"
@@ -356,7 +354,7 @@ def run(argv: list[str]) -> Report:
                 tensor_parallel_size=tp, data_parallel_size=opts.data_parallel_size,
                 lora_rank=settings.get("lora_rank"), python=python, vllm_version=version)
             report.add("ok" if version else "WARN", "server command",
-                       f"(vLLM {version or 'not installed for ' + python}) " + vllm_server._shell_line(argv_, env))
+                       f"(vLLM {version or 'not installed for ' + python}) " + vllm_server.shell_line(argv_, env))
         except ValueError as e:
             report.add("FAIL", "server command", str(e))
         est = GenerationEstimate(
@@ -364,8 +362,6 @@ def run(argv: list[str]) -> Report:
             tokens_per_rollout=rollout_tokens(settings.get("max_model_len"), prompt_bound, args.max_completion_length),
             server_gpus=tp * opts.data_parallel_size, tokens_per_s_per_gpu=opts.generation_tokens_per_s_per_gpu)
         check_generation_time(report, est, tp, opts.data_parallel_size, args.vllm_request_timeout, args.ddp_timeout)
-        from trainer.config.server import server_url
-        from trainer.server.listeners import listener_lines
 
         for status, text in listener_lines(server_url(args), sync, args.vllm_group_port, world,
                                            int(os.environ.get("MASTER_PORT") or 29500)):

@@ -11,6 +11,8 @@ resume of a tied-embedding model from printing transformers' "missing keys" alar
 
 from __future__ import annotations
 
+import argparse
+import ast
 import json
 import logging
 import math
@@ -86,8 +88,6 @@ class _TiedKeysFilter(logging.Filter):
 
 
 def _listed_keys(message: str) -> list[str]:
-    import ast
-
     try:
         return list(ast.literal_eval(message.split(":", 1)[1].strip().rstrip(".")))
     except (ValueError, SyntaxError):
@@ -119,10 +119,10 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 def plot_metrics(jsonl: str | Path, png: str | Path) -> Path:
     """Plot reward and entropy per step from ``jsonl`` into ``png`` (matplotlib, headless)."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib, the `demo` extra
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional: matplotlib, the `demo` extra (after its backend is set)
 
     rows = read_metrics(jsonl)
     fig, axes = plt.subplots(1, len(PLOTTED), figsize=(10, 3.6))
@@ -160,8 +160,6 @@ def quarter_comparison(rows: list[dict[str, Any]], key: str = "reward") -> dict[
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m trainer.tools.run_artifacts OUTPUT_DIR``: redraw the plot and print the quarter comparison."""
-    import argparse
-
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("output_dir", type=Path, help="a training run's output folder (holds metrics.jsonl)")
     cli = parser.parse_args(argv)

@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import wandb
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_PROJECT = "winnow-rl"
@@ -71,7 +73,6 @@ def started(args: Any, project: str | None, recipe: dict[str, Any], recipe_file:
     if not main_process or not reports_to_wandb(args):
         yield None
         return
-    import wandb
 
     if wandb.run is not None:  # the caller's own run: WandbCallback logs into it, and so does the recipe
         wandb.run.config.update(recipe, allow_val_change=True)
