@@ -59,7 +59,6 @@ NOT_FIXED = {
     "advantage": "a stage registry",
     "loss_variant": "a stage registry",
     "dynamic_sampling_metric": "'reward' or the name of any reward function of the recipe",
-    "env_prompt": "left str by issue 36's brief (checked by EnvTaskFields.validate_env_fields)",
 }
 
 # The module tuples that other code uses, each derived from the Literal that types its field.
@@ -192,3 +191,12 @@ def test_bad_value_from_python_names_the_field_and_options(tmp_path, name, bad):
     assert err.value.field_name == name
     assert str(err.value) == (f"WinnowConfig.{name}: {bad!r} is not an option. "
                               f"Fix: use one of {list(EXPECTED[name])}")
+
+
+def test_the_environment_prompt_is_an_option_field_too(tmp_path):
+    """The recipe's task fields follow the same rule: env_prompt's options are its Literal, offered by the parser."""
+    hints = _hints(TaskArguments)
+    assert typing.get_origin(hints["env_prompt"]) is typing.Literal
+    assert typing.get_args(hints["env_prompt"]) == ("ragen", "detailed")
+    choices = {a.dest: tuple(a.choices) for a in recipe_parser().actions if a.choices}
+    assert choices["env_prompt"] == ("ragen", "detailed")

@@ -244,3 +244,38 @@ def test_only_trls_step_warnings_are_silenced(tiny_model):
                                "modeling_utils.py", 1, module="transformers.modeling_utils")
     assert [(str(w.message).split("`")[1], w.filename) for w in seen if w.category is FutureWarning] == [
         ("is_gradient_checkpointing", "user.py"), ("other_alias", "modeling_utils.py")]
+
+
+def test_a_run_refused_in_train_marks_its_wandb_run_failed(tmp_path, capsys, monkeypatch):
+    """A recipe error raised once the W&B run is open (a resume that cannot continue exactly is refused in
+    ``train``) prints one line, returns 2, and finishes the W&B run with exit code 1, not as a finished run."""
+    import wandb
+
+    from trainer import WinnowGRPOTrainer
+    from trainer.config.errors import ConfigError
+
+    for key, value in dict(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_SILENT="true", WANDB_CONSOLE="off",
+                           WANDB__DISABLE_STATS="true").items():
+        monkeypatch.setenv(key, value)
+    for key in ("WANDB_PROJECT", "WANDB_RUN_ID", "WANDB_RESUME", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+
+    def refused(self, *args, **kwargs):
+        raise ConfigError("resume_from_checkpoint", "the checkpoint cannot continue its generation batch exactly",
+                          "resume from a checkpoint at a generation-batch boundary")
+
+    monkeypatch.setattr(WinnowGRPOTrainer, "train", refused)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({**RECIPE, "output_dir": str(tmp_path / "refused")}))
+    try:
+        assert train_cli.main(["--config", str(recipe)]) == 2
+    finally:
+        wandb.teardown()
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: WinnowConfig.resume_from_checkpoint")
+    from grpo_trainer.test_wandb import _read_records
+    from wandb.proto import wandb_internal_pb2
+
+    [log] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    records = _read_records(log.read_bytes(), wandb_internal_pb2)
+    [exit_record] = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
+    assert exit_record.exit_code == 1

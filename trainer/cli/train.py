@@ -131,13 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         resume = None
     elif resumes_latest(resume):
         resume = True
-    with wandb_run.started(args, task.wandb_project, recipe, recipe_file, resume is not None, main_process) as run:
-        try:  # a resume that cannot continue exactly is refused before its checkpoint loads (generation_resume.py)
+    try:  # a resume that cannot continue exactly is refused before its checkpoint loads (generation_resume.py)
+        with wandb_run.started(args, task.wandb_project, recipe, recipe_file, resume is not None,
+                               main_process) as run:
             trainer.train(resume_from_checkpoint=resume)
-        except ConfigError as e:
-            return _one_line(e, show_traceback)
-        trainer.save_model(args.output_dir)
-        where = wandb_run.describe(run)
+            trainer.save_model(args.output_dir)
+            where = wandb_run.describe(run)
+    except ConfigError as e:  # raised through the W&B block, which marks its run failed (exit code 1)
+        return _one_line(e, show_traceback)
     if main_process:
         print("\n".join(console.run_summary(args.output_dir, trainer.state.global_step, where)), flush=True)
     return 0

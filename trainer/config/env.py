@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from trainer.config.errors import ConfigError
+
+EnvPrompt = Literal["ragen", "detailed"]  # the environment's system prompt (envs/prompts.py)
 
 
 @dataclass
@@ -49,7 +52,7 @@ class EnvTaskFields:
         default=120,
         metadata={"help": "The response length the prompt asks for (RAGEN's max_tokens; prompt text only)."},
     )
-    env_prompt: str = field(
+    env_prompt: EnvPrompt = field(
         default="ragen",
         metadata={"help": "System prompt of the environment: 'ragen' (upstream's config/envs.yaml instruction texts "
                   "in its layout, with the board's true coordinate range; envs/prompts.py) or 'detailed' (our longer "
@@ -76,8 +79,9 @@ class EnvTaskFields:
                 raise ConfigError(
                     name, f"must be >= 1 (got {getattr(self, name)})", "use RAGEN's defaults (5, 2, 10, 400, 120, 512)"
                 )
-        if self.env_prompt not in ("ragen", "detailed"):
-            raise ConfigError("env_prompt", f"{self.env_prompt!r} is not an option", "use 'ragen' or 'detailed'")
+        if self.env_prompt not in get_args(EnvPrompt):
+            raise ConfigError("env_prompt", f"{self.env_prompt!r} is not an option",
+                              f"use one of {list(get_args(EnvPrompt))}")
         if self.format_penalty > 0:
             raise ConfigError("format_penalty", f"must be <= 0 (got {self.format_penalty})", "RAGEN uses -0.1")
         if self.env_eval_temperature <= 0:
