@@ -21,7 +21,7 @@ from pathlib import Path
 import benchlib  # noqa: F401  (paths, offline env)
 
 sys.path.insert(0, str(benchlib.REPO / "launch"))
-import vllm_server as launcher  # noqa: E402
+from trainer.server import launcher as launcher  # noqa: E402
 
 SIZES = {  # name -> Qwen3Config overrides (vocab 151936); head_dim >= 32 for vLLM's CPU attention
     "tiny-19M": dict(hidden_size=64, head_dim=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,

@@ -77,6 +77,7 @@ ALLOWED: dict[tuple[str, str], str] = {
                                                                          "time",
     ("trainer/tools/assets.py", "model.generation_config.pad_token_id"): "a stand-in model winnow builds at install "
                                                                          "time",
+    ("trainer/server/launcher.py", "args.tensor_parallel_size"): "the launcher's own argparse namespace",
     ("trainer/server/client.py", "copy.__class__"): "a copy winnow makes of an exception, to name the endpoint",
     ("trainer/server/client.py", "adapter.max_retries"): "a requests HTTPAdapter winnow creates for its session",
     ("trainer/server/client.py", "probe.backoff_jitter"): "a urllib3 Retry winnow creates",

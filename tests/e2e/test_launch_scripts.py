@@ -20,7 +20,7 @@ import requests
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "launch"))
-import vllm_server as vs  # noqa: E402
+from trainer.server import launcher as vs  # noqa: E402
 
 SCRIPT = REPO / "launch" / "vllm_server.py"
 SLURM = REPO / "launch" / "slurm" / "train_multinode.slurm"
@@ -28,7 +28,8 @@ RECIPE = "configs/grpo/qwen3-8b-dapo17k.yaml"
 TRL_TAIL = ["--enable-scale-out", "--weight-transfer-config", '{"backend": "nccl"}',
             "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
 GUARD = ["--middleware", "vllm_route_guard.RouteGuard"]  # ours, after TRL's flags (tests/server/test_route_guard.py)
-GUARD_PATH = os.pathsep.join(p for p in (str(REPO / "launch" / "guard"), os.environ.get("PYTHONPATH", "")) if p)
+GUARD_DIR = str(REPO / "trainer" / "server" / "guard")
+GUARD_PATH = os.pathsep.join(p for p in (GUARD_DIR, os.environ.get("PYTHONPATH", "")) if p)
 
 # Stands in for vLLM's interpreter: ignores the vLLM arguments except --port. It forks a child that ignores
 # SIGTERM (like a slow engine worker) so stop() must sweep the group with SIGKILL.

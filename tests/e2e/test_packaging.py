@@ -42,7 +42,7 @@ def test_console_scripts_are_the_package_entry_points():
     import importlib
 
     scripts = PYPROJECT["project"]["scripts"]
-    assert set(scripts) == {"winnow-train", "winnow-eval"}
+    assert set(scripts) == {"winnow-train", "winnow-eval", "winnow-vllm-server"}
     for target in scripts.values():
         module, func = target.split(":")
         assert module.split(".")[0] in ("trainer", "rewards", "envs"), target
@@ -99,7 +99,7 @@ assert "frozenlake" in envs.available() and "matplotlib" not in sys.modules
     assert errors[1].startswith("error: model_name_or_path:") and "winnow-rl[demo]" in errors[1]
 
 
-@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+@pytest.mark.parametrize("script", ["train.py", "eval.py", "vllm_server.py"])
 def test_launch_scripts_still_run_from_a_checkout(script):
     out = subprocess.run([sys.executable, str(ROOT / "launch" / script), "--help"], capture_output=True, text=True,
                          timeout=120)
@@ -107,16 +107,18 @@ def test_launch_scripts_still_run_from_a_checkout(script):
     assert "--config" in out.stdout
 
 
-def test_the_preflight_outside_a_checkout_is_one_fail_line(tmp_path, monkeypatch, capsys):
-    """`winnow-train --dry-run` from an install without the repository (no launch/vllm_server.py to read the server's
-    command from) says so in one line and fails, instead of an ImportError traceback."""
+def test_the_preflight_outside_a_checkout_reads_the_packaged_launcher(tmp_path, monkeypatch, capsys):
+    """`winnow-train --dry-run` from an install without the repository (a parent folder without launch/) still shows
+    the vLLM server's command: the launcher is part of the package (trainer/server/launcher.py), not a script the
+    preflight finds through sys.path."""
     from trainer.tools import preflight
 
     monkeypatch.setattr(preflight, "REPO", tmp_path)  # a site-packages-like parent without launch/
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("model_name_or_path: offline:tiny-qwen3\n")
-    assert preflight.main(["--config", str(recipe)]) == 1
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last == ("FAIL --dry-run: the preflight reads launch/vllm_server.py of a winnow-rl checkout, and "
-                    f"{tmp_path} has none (an install from a wheel). Fix: run it from a clone: python launch/train.py "
-                    "--config RECIPE.yaml --dry-run"), last
+    recipe.write_text("model_name_or_path: offline:tiny-qwen3\nbf16: true\nuse_vllm: true\nvllm_mode: server\n"
+                      "max_prompt_tokens: 256\nmax_completion_length: 64\n")
+    preflight.main(["--config", str(recipe)])
+    lines = capsys.readouterr().out.splitlines()
+    [command] = [line for line in lines if "server command" in line]
+    assert "--middleware vllm_route_guard.RouteGuard" in command and str(tmp_path) not in command
+    assert not any("launch/vllm_server.py of a winnow-rl checkout" in line for line in lines)

