@@ -331,11 +331,11 @@ def trl_normalise(trainer: Any, per_token: torch.Tensor, mask: torch.Tensor, inp
     return aggregate(per_token, mask, loss_type, max_completion_length=trainer.max_completion_length) / accum
 
 
-def trl_reference_kl(logp: torch.Tensor, old: torch.Tensor, ref: torch.Tensor,
-                     bias_correction: bool) -> torch.Tensor:
+def trl_reference_kl(logp: torch.Tensor, ref: torch.Tensor, importance_weight: torch.Tensor | None) -> torch.Tensor:
     """TRL 1.16's per-token reference KL: the k3 estimator ``exp(ref - logp) - (ref - logp) - 1``, times the
-    (differentiable, unclipped) importance ratio ``exp(logp - old)`` when ``use_bias_correction_kl``."""
+    (differentiable, unclipped) importance weight when ``use_bias_correction_kl`` -- TRL's ``coef_1``: the token ratio
+    ``exp(logp - old)``, or the sequence one at ``importance_sampling_level: sequence``; None: no correction."""
     per_token_kl = torch.exp(ref - logp) - (ref - logp) - 1
-    if bias_correction:
-        per_token_kl = per_token_kl * torch.exp(logp - old)
+    if importance_weight is not None:
+        per_token_kl = per_token_kl * importance_weight
     return per_token_kl

@@ -62,11 +62,9 @@ def trl_policy_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Loss
     else:
         raise ValueError(f"Unknown importance sampling level: {trainer.importance_sampling_level}")
     coef_1 = torch.exp(log_importance_weights)  # (B, T) per token, (B, 1) per sequence
-    if trainer.beta != 0.0:
-        ref = inputs["ref_per_token_logps"]
-        per_token_kl = torch.exp(ref - logp) - (ref - logp) - 1  # k3
-        if args.use_bias_correction_kl:
-            per_token_kl = per_token_kl * coef_1
+    if trainer.beta != 0.0:  # k3, times coef_1 (token or sequence ratio) with the bias correction
+        per_token_kl = trl_contact.trl_reference_kl(logp, inputs["ref_per_token_logps"],
+                                                    coef_1 if args.use_bias_correction_kl else None)
 
     if loss_type == "cispo":
         per_token_loss = -torch.clamp(coef_1, max=trainer.epsilon_high).detach() * advantages * logp
@@ -112,15 +110,12 @@ def trl_policy_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Loss
             bonus = trl_contact.trl_normalise(trainer, entropies, mask, inputs, training=training)
             bonus = bonus if row_scale is None else bonus * row_scale
         else:  # TRL: the token mean over the tokens the policy term acts on
-            effective_mask = mask if entropy_mask is None else mask * entropy_mask
-            bonus = (entropies * effective_mask).sum() / effective_mask.sum().clamp(min=1.0) / accumulation
+            bonus = token_mean_bonus(entropies, mask if entropy_mask is None else mask * entropy_mask, accumulation)
         loss = loss - trainer.entropy_coef * call.entropy_weight * bonus
         record.rank_value("policy_loss", policy_loss, weight=call.policy_weight)
         if training and trainer.accelerator.sync_gradients:
             record.latest["entropy_coef"] = trainer.entropy_coef
-    if trainer.aux_loss_enabled:
-        loss = loss + trainer.router_aux_loss_coef * p.aux_loss / accumulation
-        record.rank_value("aux_loss", p.aux_loss.detach())
+    loss = with_router_aux_loss(trainer, loss, p.aux_loss, accumulation, record)
 
     if trainer.beta != 0.0:
         record.trl_mean("kl", per_token_kl, mask)
@@ -138,6 +133,21 @@ def trl_policy_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Loss
     elif loss_type == "vespo":
         record.trl_mean("vespo/phi_seq_mean", phi_seq, mask)
     return loss
+
+
+def token_mean_bonus(entropies: torch.Tensor, mask: torch.Tensor, accumulation: float) -> torch.Tensor:
+    """TRL's entropy term: the token mean of ``entropies`` over ``mask``, scaled for gradient accumulation only."""
+    return (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+
+
+def with_router_aux_loss(trainer: Any, loss: torch.Tensor, aux_loss: torch.Tensor | None, accumulation: float,
+                         record: Any) -> torch.Tensor:
+    """``loss`` plus an MoE router's load-balancing loss as TRL adds it (scaled for gradient accumulation only), and
+    its ``aux_loss`` metric; ``loss`` itself without TRL's ``aux_loss_enabled``."""
+    if not trainer.aux_loss_enabled:
+        return loss
+    record.rank_value("aux_loss", aux_loss.detach())
+    return loss + trainer.router_aux_loss_coef * aux_loss / accumulation
 
 
 def _masked_seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ from trainer.algorithms.normalisers import ROW_NORMALISED as ROW_NORMALISED_TYPE
 from trainer.config.errors import ConfigError
 from trainer.loss.call import LossCall
 from trainer.loss.forward import PolicyPass
+from trainer.loss.trl_loss import token_mean_bonus, with_router_aux_loss
 
 # TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
 SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
@@ -78,14 +79,11 @@ def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: di
     if call.row_scale is not None and trainer.loss_type in ROW_NORMALISED:
         per_token_loss = per_token_loss * call.row_scale  # dropped rollouts out of the row count (see compaction.py)
     loss = normalise(trainer, per_token_loss, p.mask, inputs)
+    accumulation = trainer.current_gradient_accumulation_steps
     if trainer.entropy_coef:
-        bonus = (
-            (p.entropies * p.mask).sum() / p.mask.sum().clamp(min=1.0) / trainer.current_gradient_accumulation_steps
-        )
+        bonus = token_mean_bonus(p.entropies, p.mask, accumulation)
         loss = loss - trainer.entropy_coef * call.entropy_weight * bonus
-    if trainer.aux_loss_enabled:  # MoE load balancing, as TRL adds it (scaled for gradient accumulation only)
-        loss = loss + trainer.router_aux_loss_coef * p.aux_loss / trainer.current_gradient_accumulation_steps
-        record.rank_value("aux_loss", p.aux_loss.detach())
+    loss = with_router_aux_loss(trainer, loss, p.aux_loss, accumulation, record)  # MoE load balancing, as TRL
     record.mean("entropy", (p.entropies.detach() * p.mask).sum(), p.mask.sum())
     return loss
 
@@ -96,5 +94,5 @@ def reference_kl(trainer: Any, p: PolicyPass, inputs: dict[str, Any]) -> torch.T
     ``exp(logp - old)`` when ``use_bias_correction_kl`` (TRL's default; the ratio changes the gradient even
     on-policy, where its value is 1). ``use_bias_correction_kl: false`` is verl's ``low_var_kl`` (no ratio,
     also clamped to [-10, 10] there; the clamp is not reproduced)."""
-    return trl_contact.trl_reference_kl(p.logp, p.old, inputs["ref_per_token_logps"],
-                                        trainer.args.use_bias_correction_kl)
+    ratio = torch.exp(p.logp - p.old) if trainer.args.use_bias_correction_kl else None
+    return trl_contact.trl_reference_kl(p.logp, inputs["ref_per_token_logps"], ratio)

@@ -135,10 +135,11 @@ def _loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
     return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
 
 
-def chunk_weights(trainer: Any, inputs: dict[str, Any], chunk: dict[str, Any]) -> tuple[float, float]:
+def chunk_weights(trainer: Any, inputs: dict[str, Any], chunk: dict[str, Any],
+                  aggregate_entropy: bool) -> tuple[float, float]:
     """(policy weight, entropy-bonus weight) of one chunk: its share of the micro-batch normaliser of the policy
-    term (TRL's ``loss_type``) and of the entropy bonus (TRL's: token mean; ``entropy_aggregation: loss_type``:
-    the policy's)."""
+    term (TRL's ``loss_type``) and of the entropy bonus (TRL's: token mean; with ``aggregate_entropy``, the
+    ``LossCall``'s: the policy's)."""
     B, b = inputs["completion_ids"].size(0), chunk["completion_ids"].size(0)
     tokens = max(float(_loss_mask(chunk).sum()), 1.0) / max(float(_loss_mask(inputs).sum()), 1.0)
     divisor = normaliser(trainer.loss_type)  # trainer/algorithms/normalisers.py
@@ -148,8 +149,7 @@ def chunk_weights(trainer: Any, inputs: dict[str, Any], chunk: dict[str, Any]) -
         policy = 1.0
     else:  # micro_tokens (bnpo): the micro-batch's (clamped) loss-token count
         policy = tokens
-    loss_type_bonus = trainer.args.entropy_aggregation == "loss_type" and trainer.args.loss_variant == "none"
-    return policy, policy if loss_type_bonus else tokens
+    return policy, policy if aggregate_entropy else tokens
 
 
 def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Callable[..., torch.Tensor],
@@ -177,7 +177,7 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
                 loss = loss_fn(trainer, model, chunk, dataclasses.replace(call, chunked=True,
                                                                           recorder=LossRecorder())) * 0.0
             else:
-                w_pol, w_ent = chunk_weights(trainer, inputs, chunk)
+                w_pol, w_ent = chunk_weights(trainer, inputs, chunk, call.aggregate_entropy)
                 chunk_call = dataclasses.replace(call, chunked=True, policy_weight=w_pol, entropy_weight=w_ent / w_pol)
                 loss = loss_fn(trainer, model, chunk, chunk_call) * w_pol
             if not final:
