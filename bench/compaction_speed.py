@@ -61,7 +61,7 @@ def prepared_batch(ratio: float, compact: bool, rows: int, out: str) -> tuple[Wi
     tr.model.train()
     torch.manual_seed(0)
     tr._prepare_inputs(next(iter(tr.get_train_dataloader())))
-    return tr, list(tr._buffered_inputs)
+    return tr, list(tr.generation_buffer.micro_batches)
 
 
 def loss_phase_seconds(tr: WinnowGRPOTrainer, micro_batches: list[dict]) -> float:

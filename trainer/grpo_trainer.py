@@ -1,15 +1,15 @@
 """``WinnowGRPOTrainer``: a thin adapter between TRL's ``GRPOTrainer`` and the stage pipeline.
 
-Data flow of one generation batch (README, "How a step flows"): TRL generates and scores; this class gathers the
-batch from every process into a :class:`RolloutBatch`, runs filter -> dropout -> advantage on it (every
-rank computes the same decision), and hands TRL's loss its share: the kept rollouts re-dealt over ranks
-(trainer/pipeline/compaction.py) or, with ``compact_batch=False``, its own rows with dropped rollouts masked -- out of
-the loss *and* its normaliser either way. Empty optimizer steps are skipped (trainer/guards/empty_steps.py); the
-methods that are not stages act through the hooks they register (trainer/pipeline/hooks.py), and the loss is
-computed at one seam with its differences from TRL's as arguments (trainer/loss/). No formula and no method lives
-here.
+Data flow of one generation batch (docs/design.md, "The two seams"): TRL generates and scores; this class gathers the
+batch from every process into a :class:`RolloutBatch` and runs filter -> dropout -> advantage on it (every rank
+computes the same decision). ``_prepare_inputs`` deals the decision once (trainer/pipeline/dealing.py): the kept
+rollouts re-dealt over ranks (trainer/pipeline/compaction.py) or, with ``compact_batch=False``, each rank's own rows
+with dropped rollouts masked -- out of the loss *and* its normaliser either way -- then split as TRL splits a batch and
+the kept rows placed on their optimizer steps, into winnow's own buffer (trainer/pipeline/generation_buffer.py).
+Empty optimizer steps are skipped (trainer/guards/empty_steps.py); the methods that are not stages act through the
+hooks they register (trainer/pipeline/hooks.py), and the loss is computed at one seam with its differences from TRL's
+as arguments (trainer/loss/). No formula and no method lives here.
 """
-
 from __future__ import annotations
 
 import json
@@ -24,9 +24,10 @@ from accelerate import PartialState
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import get_last_checkpoint, rotate_checkpoints
 from trl import GRPOConfig, GRPOTrainer
+from trl.extras.profiling import profiling_decorator
 
 from trainer import trl_contact
-from trainer.algorithms.normalisers import BATCH_TOKEN_NORMALISED, ROW_NORMALISED
+from trainer.algorithms.normalisers import ROW_NORMALISED
 from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
 from trainer.config.server import server_url
@@ -38,10 +39,9 @@ from trainer.guards.startup_checks import check_before_load, cuda_usable, weight
 from trainer.loss.call import LossCall
 from trainer.pipeline import hooks, stages, trained_batch_metrics
 from trainer.pipeline.batch import RolloutBatch, gather_padded
-from trainer.pipeline.compaction import compact
+from trainer.pipeline.dealing import DealSettings, deal
+from trainer.pipeline.generation_buffer import GenerationBuffer
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
-from trainer.pipeline.rank_balance import round_robin_counts
-from trainer.pipeline.step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, optimizer_steps, redeal
 from trainer.pipeline.token_budget import chunked_logps, chunked_loss
 from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server.client import harden_client, wait_for_server
@@ -61,7 +61,7 @@ OVERRIDES = {
     "_calculate_rewards": "a failing reward function stops every rank; prefilled replies scored with the prefill",
     "_generate_and_score_completions": "seam 1: the generation batch, gathered, through the stage pipeline",
     "training_step": "micro-batches of an all-dropped step run no forward; loss time apart from generation",
-    "_prepare_inputs": "a new generation batch's kept rows dealt to their optimizer steps; empty steps counted",
+    "_prepare_inputs": "winnow's buffer: a generation batch split as TRL splits it, dealt once, one micro-batch out",
     "_compute_loss": "seam 2: the loss with its LossCall (trainer/loss/), chunked under micro_batch_tokens",
     "_get_per_token_logps_and_entropies": "TRL's no-grad passes over token-budget chunks, and their token counts",
     "_generate": "timing_s/generation without the weight sync inside it",
@@ -107,6 +107,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
             harden_client(client, args.vllm_request_timeout)  # (disk/lora: hardened before the first request)
         if sync in ("disk", "lora"):
             trl_contact.vllm_generation(self).on_sync = self._log_weight_sync
+        # The generation batch being trained and the micro-step counter that picks its micro-batch, in place of
+        # TRL's private buffer; checkpointed, so generation boundaries survive a resume (guards/generation_resume.py)
+        self.generation_buffer = GenerationBuffer(args.steps_per_generation, self.num_iterations)
         self._stages = stages.configured_stages(args)
         self._stage_needs = stages.required_inputs(args)
         self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/pipeline/phase_timing.py)
@@ -136,14 +139,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
         self._checkpointed.update({k: obj for k, obj in self._hooks.items() if isinstance(obj, stages.Checkpointed)})
         self._checkpointed.update(self._stage_states)
-        # TRL's micro-step counter, so generation boundaries survive a resume (trainer/guards/generation_resume.py)
-        self._checkpointed[generation_resume.STATE_KEY] = generation_resume.GenerationCursor(self)
+        self._checkpointed[generation_resume.STATE_KEY] = self.generation_buffer
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
         if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
             raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
                               "chunks would change it", "use micro_batch_tokens: null with output_router_logits")
-        # the latest generation batch: nothing to train on? where its kept rows go (pipeline/step_dealing.py)
-        self._generation: tuple[bool, DealPlan | None] | None = None
+        # the latest generation batch's decision, and whether it left nothing to train on, until it is dealt
+        self._decision: tuple[stages.PipelineOutput, bool] | None = None
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
 
     # --- TRL override points -------------------------------------------------------------------------
@@ -190,11 +192,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
             decision = stages.run_pipeline(batch, self.args)
         self._add_loss_inputs(output, batch)
         trained_batch_metrics.table_advantages(trl_contact.completion_logs(self), decision.advantages, batch.mask)
-        with self.phase("stage_pipeline"):
-            self._apply_decision(output, decision)
-        if self._generation is not None:
-            empty = not bool((decision.keep & batch.trainable).any())
-            self._generation = (empty, self._generation[1])
+        B, T = output["completion_ids"].shape  # this rank's rows of the pipeline's advantages, in TRL's batch
+        advantages = decision.advantages[self.accelerator.process_index * B:(self.accelerator.process_index + 1) * B]
+        output["advantages"] = advantages[:, :T] if advantages.dim() == 2 else advantages
+        self._decision = (decision, not bool((decision.keep & batch.trainable).any()))  # dealt by _prepare_inputs
         for name, value in decision.metrics.items():
             trl_contact.metrics(self)[name].append(value)
         for method in self._at("after_decision"):  # e.g. RAGEN's reward-variance stop
@@ -224,10 +225,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     def training_step(self, model, inputs, num_items_in_batch):
         """:meth:`_training_step`, its time outside ``_prepare_inputs`` (generation and scoring) logged as
-        ``timing_s/loss_fwd_bwd``."""
+        ``timing_s/loss_fwd_bwd``; then the micro-step counted (trained or skipped), as TRL counts its own."""
         start, prepared = time.perf_counter(), self._timer.prepare_seconds
         try:
-            return self._training_step(model, inputs, num_items_in_batch)
+            loss = self._training_step(model, inputs, num_items_in_batch)
+            self.generation_buffer.advance()
+            return loss
         finally:
             spent = time.perf_counter() - start - (self._timer.prepare_seconds - prepared)
             self._timer.seconds["loss_fwd_bwd"] += spent
@@ -245,46 +248,59 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self.optimizer.train()
         prepared = self._prepare_inputs(inputs)  # generates when due; the call inside TRL's step reuses it
         if "winnow_all_dropped" in prepared:
-            trl_contact.advance_micro_step(self)  # TRL's micro-step counter (selects the buffered micro-batch)
             return torch.zeros((), device=self.accelerator.device)
         self._prepared = prepared
         return super().training_step(model, inputs, num_items_in_batch)
 
+    @profiling_decorator  # TRL's own profiling key for this method (W&B "profiling/Time taken: ...")
     def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
-        """TRL's buffered micro-batch; when stages can remove rollouts, also account its loss tokens so an
-        optimizer step left with none is skipped (trainer/guards/empty_steps.py)."""
+        """The current micro-batch. Training: when a new generation batch is due, TRL's generation and scoring with
+        the stage pipeline (:meth:`_generate_and_score_completions`), split into ``steps_per_generation``
+        micro-batches as TRL splits it and its kept rows dealt to their optimizer steps, into
+        :attr:`generation_buffer`; when stages can remove rollouts, each micro-batch's loss tokens are also counted
+        so an optimizer step left with none is skipped (trainer/guards/empty_steps.py). Evaluation: TRL's."""
         if self._prepared is not None:
             inputs, self._prepared = self._prepared, None
             return inputs
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)
         start = time.perf_counter()
-        inputs = super()._prepare_inputs(generation_batch)
+        if self.generation_buffer.due():
+            output = self._generate_and_score_completions(generation_batch)
+            with self.phase("stage_pipeline"):
+                self.generation_buffer.fill(self._deal(output))
         self._timer.prepare_seconds += time.perf_counter() - start
-        if self.model.training and self._empty_steps is not None:
-            if self._generation is not None:  # TRL just generated and split a new batch
-                inputs = self._deal_generation()
+        inputs = self.generation_buffer.current()
+        if self._empty_steps is not None:
             self._empty_steps.observe(self, inputs)
         return inputs
 
-    def _deal_generation(self) -> dict[str, Any]:
-        """Move the new batch's kept rows to their optimizer steps (trainer/pipeline/step_dealing.py), count the batch
-        for the empty-batch stop, and return the current micro-batch."""
-        (empty, plan), self._generation = self._generation, None
-        steps = optimizer_steps(trl_contact.micro_step(self), self.args.steps_per_generation,
-                                self.args.gradient_accumulation_steps, self.num_iterations)
-        if plan is not None:
-            trl_contact.set_buffered_inputs(self, redeal(
-                trl_contact.buffered_inputs(self),
-                plan,
-                self.accelerator.process_index,
-                row_normalised=self.loss_type in ROW_NORMALISED,
-                token_normalised=self.loss_type in BATCH_TOKEN_NORMALISED,
-                reduce_sum=lambda t: (
-                    self.accelerator.reduce(t, reduction="sum") if self.accelerator.num_processes > 1 else t
-                ),
-            ))
-            steps = plan.updates()
-        self._empty_steps.observe_generation(self, empty, 0 if empty else steps)
-        return trl_contact.current_micro_batch(self)
+    def _deal(self, output: dict[str, Any]) -> list[dict[str, Any]]:
+        """The new batch's micro-batches: removed rows compacted away or masked, TRL's split, kept rows dealt to their
+        optimizer steps (trainer/pipeline/dealing.py); the batch counted for the empty-batch stop."""
+        (decision, empty), self._decision = self._decision, None
+        args, world = self.args, self.accelerator.num_processes
+        settings = DealSettings(
+            steps_per_generation=args.steps_per_generation,
+            accumulation=args.gradient_accumulation_steps,
+            micro_batch_rows=args.per_device_train_batch_size,
+            passes=self.num_iterations,
+            filtered_updates=args.filtered_updates,
+            compact=args.compact_batch,
+            balance_tokens=(args.micro_batch_tokens is not None and args.balance_rank_tokens and world > 1
+                            and args.compact_batch),
+            loss_type=self.loss_type,
+            pad_token_id=trl_contact.pad_token_id(self),
+            step_dealing=self._empty_steps is not None,
+        )
+        dealt = deal(output, decision.keep, decision.advantages, settings=settings,
+                     first_micro_step=self.generation_buffer.micro_step, accelerator=self.accelerator)
+        if dealt.rank_tokens is not None and args.micro_batch_tokens is not None and world > 1:
+            trl_contact.metrics(self)["tokens/rank_max"].append(float(dealt.rank_tokens.max()))
+            trl_contact.metrics(self)["tokens/rank_min"].append(float(dealt.rank_tokens.min()))
+        if self._empty_steps is not None:
+            self._empty_steps.observe_generation(self, empty, 0 if empty else dealt.updates)
+        return dealt.micro_batches
 
     def _compute_loss(self, model, inputs):
         """The loss seam: the configured loss variant (``none`` = TRL's loss) on this micro-batch with its
@@ -541,63 +557,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
         elif output.get("old_per_token_logps") is not None:
             logps = output["old_per_token_logps"]
         return logps, entropies
-
-    def _apply_decision(self, output: dict[str, Any], decision: stages.PipelineOutput) -> None:
-        """Slice this process's rows out of the global decision and write them into TRL's batch dict."""
-        acc = self.accelerator
-        B, T = output["completion_ids"].shape
-        rows = slice(acc.process_index * B, (acc.process_index + 1) * B)
-        advantages = decision.advantages[rows]
-        output["advantages"] = advantages[:, :T] if advantages.dim() == 2 else advantages
-        self._generation = (False, None) if self._empty_steps is not None else None
-        S, world, K = self.args.steps_per_generation, acc.num_processes, int(decision.keep.sum())
-        balance = (self.args.micro_batch_tokens is not None and self.args.balance_rank_tokens and world > 1
-                   and self.args.compact_batch)
-        if bool(decision.keep.all()) and not balance:
-            return  # nothing removed: TRL's masks and normalisers stay untouched (off means off)
-        plan = dict(
-            mode=self.args.filtered_updates,
-            micro_batches=S,
-            accumulation=self.args.gradient_accumulation_steps,
-            first_micro_step=trl_contact.micro_step(self),
-            passes=self.num_iterations,
-            recipe_micro_rows=self.args.per_device_train_batch_size,
-        )
-        if self.args.compact_batch:
-            micro_rows = compacted_micro_rows(K, world, S, plan["accumulation"], self.args.per_device_train_batch_size,
-                                              plan["mode"])
-            compacted = compact(
-                output,
-                decision.keep,
-                decision.advantages,
-                accelerator=acc,
-                pad_token_id=trl_contact.pad_token_id(self),
-                steps_per_generation=S,
-                micro_batch_rows=self.args.per_device_train_batch_size,
-                rows_per_step=micro_rows,
-                balance_tokens=balance,
-            )
-            if compacted is not None:
-                rank_tokens = compacted.pop("winnow_rank_tokens", None)
-                if rank_tokens is not None and self.args.micro_batch_tokens is not None and world > 1:
-                    trl_contact.metrics(self)["tokens/rank_max"].append(float(rank_tokens.max()))
-                    trl_contact.metrics(self)["tokens/rank_min"].append(float(rank_tokens.min()))
-                output.clear()
-                output.update(compacted)
-                counts = tuple(round_robin_counts(K, world))
-                self._generation = (False, DealPlan(counts=counts, micro_rows=micro_rows, **plan))
-                return
-        keep = decision.keep[rows].unsqueeze(1)
-        tool_mask = output.get("tool_mask")
-        tool_mask = torch.ones_like(output["completion_mask"]) if tool_mask is None else tool_mask
-        output["tool_mask"] = tool_mask * keep.to(tool_mask.dtype)  # loss-only mask: attention is untouched
-        loss_mask = output["completion_mask"] * output["tool_mask"]
-        output["num_items_in_batch"] = acc.gather(loss_mask.sum()).sum()
-        N, kept = decision.keep.numel(), int(decision.keep.sum())
-        output["winnow_loss_scale"] = torch.tensor(N / max(kept, 1), device=advantages.device)
-        output[KEPT_KEY] = decision.keep[rows].clone()
-        counts = tuple(int(c) for c in decision.keep.view(world, B).sum(dim=1))
-        self._generation = (False, DealPlan(counts=counts, micro_rows=B // S, **plan))
 
 
 @contextmanager

@@ -117,34 +117,21 @@ def completion_logs(trainer: Any) -> dict[str, Any]:
     return trainer._logs
 
 
-def micro_step(trainer: Any) -> int:
-    """TRL's micro-step counter (``_step``): which buffered micro-batch ``_prepare_inputs`` returns."""
-    return trainer._step
+def split_generation_batch(batch: dict[str, Any], steps_per_generation: int) -> list[dict[str, Any]]:
+    """A generation batch shuffled and split into ``steps_per_generation`` micro-batches exactly as TRL 1.16's
+    ``_prepare_inputs`` does it (trl==1.16.0:trl/trainer/grpo_trainer.py:1541-1545): pixel values split by image
+    grid, the rows shuffled with the global torch RNG (the same draw as TRL's, so a run with every stage off takes
+    TRL's micro-batches), split, and pixel values joined again per micro-batch. The order TRL's buffer is filled in,
+    without its buffer (trainer/pipeline/generation_buffer.py owns that)."""
+    from trl.trainer.utils import (  # heavy: this module is imported where no trainer is (preflight)
+        shuffle_sequence_dict,
+        split_pixel_values_by_grid,
+        split_tensor_dict,
+        unsplit_pixel_values_by_grid,
+    )
 
-
-def advance_micro_step(trainer: Any) -> None:
-    """Count one micro-step the way TRL's ``_prepare_inputs`` does, for a micro-batch the trainer skips itself."""
-    trainer._step += 1
-
-
-def set_micro_step(trainer: Any, step: int) -> None:
-    """Set TRL's micro-step counter: on resume, to the checkpoint's value (TRL starts it at 0 again)."""
-    trainer._step = int(step)
-
-
-def buffered_inputs(trainer: Any) -> list[dict[str, Any]]:
-    """The generation batch TRL split into ``steps_per_generation`` micro-batches (``_buffered_inputs``)."""
-    return trainer._buffered_inputs
-
-
-def set_buffered_inputs(trainer: Any, micro_batches: list[dict[str, Any]]) -> None:
-    """Replace TRL's buffered micro-batches (same length, same order of use)."""
-    trainer._buffered_inputs = micro_batches
-
-
-def current_micro_batch(trainer: Any) -> dict[str, Any]:
-    """The buffered micro-batch TRL's ``_prepare_inputs`` returns at the current micro-step."""
-    return trainer._buffered_inputs[trainer._step % trainer.args.steps_per_generation]
+    batch = shuffle_sequence_dict(split_pixel_values_by_grid(batch))
+    return [unsplit_pixel_values_by_grid(micro) for micro in split_tensor_dict(batch, steps_per_generation)]
 
 
 def tokenizer(trainer: Any) -> Any:

@@ -101,9 +101,6 @@ ALLOWED: dict[tuple[str, str], str] = {
                                                                           "HTTP generation does not need",
     ("trainer/server/weight_sync.py", "self.generation.vllm_client.model"): "library: TRL's client names the served "
                                                                             "model; a LoRA sync serves another",
-    ("trainer/trl_contact.py", "trainer._step"): "library: TRL's micro-step counter (resume, skipped micro-batches)",
-    ("trainer/trl_contact.py", "trainer._buffered_inputs"): "library: TRL's buffered micro-batches, re-dealt over "
-                                                            "optimizer steps (pipeline/step_dealing.py)",
     ("trainer/trl_contact.py", "grpo_module.VLLMGeneration"): "library: TRL builds its generation backend by name in "
                                                               "__init__, with no factory argument",
     ("trainer/trl_contact.py", "client._winnow_hardening"): "library: hardening settings recorded on TRL's client",

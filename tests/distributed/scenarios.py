@@ -295,15 +295,16 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         "decisions": DECISIONS,
         "selections": SELECTIONS,
         "entropy_mask_tokens": ENTROPY_MASKS,
-        "local_completion_ids": trainer._buffered_inputs[0]["completion_ids"].clone(),  # this rank's own rows
+        # this rank's own rows
+        "local_completion_ids": trainer.generation_buffer.micro_batches[0]["completion_ids"].clone(),
         "log_history": trainer.state.log_history,
         "policy_forwards": policy_forwards,
         "world": world,
         # the last generation batch's rows on this rank (zero-weight fillers included): real tokens, longest row
         "dealt_tokens": sum(int(b["prompt_mask"].sum() + b["completion_mask"].sum())
-                            for b in trainer._buffered_inputs),
+                            for b in trainer.generation_buffer.micro_batches),
         "longest_row": max(int((b["prompt_mask"].sum(1) + b["completion_mask"].sum(1)).max())
-                           for b in trainer._buffered_inputs),
+                           for b in trainer.generation_buffer.micro_batches),
     }
     if trainer.hook("teacher") is not None:
         from trainer.methods.teacher import _core, score_tokens

@@ -105,7 +105,7 @@ def build(tmp_path, tiny_model, name, reward_funcs=None, **overrides):
 
 def micro_batches(tr, generation_seed: int = 1234) -> list[dict]:
     """One generation batch through the trainer's real _prepare_inputs, one micro-batch per micro-step (the
-    micro-step counter advanced as TRL's training_step does)."""
+    micro-step counter advanced as the trainer's training_step does)."""
     tr.model.train()
     if tr.optimizer is None:  # an empty step arms the optimizer's skip
         tr.create_optimizer()
@@ -114,7 +114,7 @@ def micro_batches(tr, generation_seed: int = 1234) -> list[dict]:
     out = []
     for _ in range(tr.args.steps_per_generation):
         out.append(tr._prepare_inputs(batch))
-        tr._step += 1
+        tr.generation_buffer.advance()
     return out
 
 

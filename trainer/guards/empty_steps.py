@@ -80,11 +80,10 @@ class EmptyStepGuard:
         if empty:
             self.skipped_steps += 1
             arm_skip(trainer)
-        # TRL's micro-step counter is incremented after this micro-step; it generates again at a multiple
+        # the micro-step counter is incremented after this micro-step; a new batch is generated at a multiple
         # of steps_per_generation x num_iterations
-        self.window_ends_generation = (
-            (trl_contact.micro_step(trainer) + 1) % (trainer.args.steps_per_generation * trainer.num_iterations) == 0
-        )
+        buffer = trainer.generation_buffer
+        self.window_ends_generation = (buffer.micro_step + 1) % buffer.micro_steps_per_batch == 0
         metrics = trl_contact.metrics(trainer)
         metrics["stages/empty_step"].append(float(empty))
         metrics["stages/skipped_steps_total"].append(float(self.skipped_steps))

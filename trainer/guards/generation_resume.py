@@ -1,19 +1,19 @@
 """Resuming a run where the uninterrupted run would be, also inside a generation batch.
 
-TRL generates a new batch when its private micro-step counter ``_step`` is a multiple of
-steps_per_generation x num_iterations (S x mu), and keeps the batch, shuffled and split into S micro-batches,
-only in memory (``_buffered_inputs``; trl==1.16.0:trl/trainer/grpo_trainer.py:948-951, 1513, 1538-1546).
-Neither is in a checkpoint. On resume HF Trainer skips global_step x A micro-batches of the dataloader
-(transformers==5.24.0:trainer.py:1706-1709, 1851-1854), but TRL's counter starts at 0 again and the buffer is
-empty. From a checkpoint inside a generation batch (global_step x A not a multiple of S x mu) TRL then
-generates at once, from the updated policy, and counts its batches from there: every later generation boundary
-sits at another global step than in the uninterrupted run, part of a batch is trained twice, later saves fall
-inside batches too, and checks on ``global_step`` (the reward-variance stop) drift.
+The trainer generates a new batch when its micro-step counter is a multiple of steps_per_generation x
+num_iterations (S x mu), and keeps the batch, shuffled and split into S micro-batches, only in memory
+(trainer/pipeline/generation_buffer.py, as TRL 1.16 does with its ``_step`` and ``_buffered_inputs``:
+trl==1.16.0:trl/trainer/grpo_trainer.py:948-951, 1513, 1538-1546). On resume HF Trainer skips global_step x A
+micro-batches of the dataloader (transformers==5.24.0:trainer.py:1706-1709, 1851-1854); a counter started at 0 again
+with an empty buffer would, from a checkpoint inside a generation batch (global_step x A not a multiple of S x mu),
+generate at once, from the updated policy, and count its batches from there: every later generation boundary
+would sit at another global step than in the uninterrupted run, part of a batch would be trained twice, later
+saves would fall inside batches too, and checks on ``global_step`` (the reward-variance stop) would drift.
 
 What is exact, and so what this module does:
 
-- the counter is checkpointed (``winnow_stage_state.json``, key ``generation``) and set back on resume
-  (:class:`GenerationCursor`), so generation boundaries stay at the global steps of the uninterrupted run;
+- the counter is checkpointed (``winnow_stage_state.json``, key ``generation``: the buffer's own state) and set
+  back on resume, so generation boundaries stay at the global steps of the uninterrupted run;
 - a checkpoint inside a generation batch also stores every process's buffered micro-batches, as generated,
   shuffled and dealt over the optimizer steps (:func:`save_batch`, ``winnow_generation_batch_<rank>_of_<world>.pt``),
   and a resume from it trains the rest of the batch on exactly those micro-batches (:func:`restore`). Without them
@@ -36,7 +36,6 @@ from typing import Any
 
 import torch
 
-from trainer import trl_contact
 from trainer.config.errors import ConfigError
 
 STATE_KEY = "generation"  # key in winnow_stage_state.json
@@ -49,27 +48,12 @@ def batch_file(rank: int, world: int) -> str:
 
 
 def micro_steps_per_batch(args: Any) -> int:
-    """Micro-steps of one generation batch: TRL's generate_every (steps_per_generation x num_iterations)."""
+    """Micro-steps of one generation batch (steps_per_generation x num_iterations; TRL's generate_every)."""
     return args.steps_per_generation * args.num_iterations
 
 
-class GenerationCursor:
-    """TRL's micro-step counter as checkpointed state (the stages.Checkpointed protocol)."""
-
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
-
-    def state_dict(self) -> dict[str, int]:
-        """The counter at the checkpoint (global_step x A in a run that ends its epochs on step boundaries)."""
-        return {"micro_step": trl_contact.micro_step(self.trainer)}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Set TRL's counter back to the checkpoint's value."""
-        trl_contact.set_micro_step(self.trainer, state["micro_step"])
-
-
 def checkpoint_micro_step(checkpoint: str, accumulation: int, state_file: str) -> int:
-    """TRL's micro-step counter when ``checkpoint`` was saved: recorded by :class:`GenerationCursor`, or, in a
+    """The micro-step counter when ``checkpoint`` was saved: recorded under :data:`STATE_KEY`, or, in a
     checkpoint written before it was, global_step x gradient_accumulation_steps (HF Trainer's own skip count)."""
     path = os.path.join(checkpoint, state_file)
     if os.path.exists(path):
@@ -82,15 +66,16 @@ def checkpoint_micro_step(checkpoint: str, accumulation: int, state_file: str) -
 
 
 def inside_batch(micro_step: int, args: Any) -> bool:
-    """Whether a checkpoint at this micro-step lies inside a generation batch (TRL would not generate next)."""
+    """Whether a checkpoint at this micro-step lies inside a generation batch (the next micro-step generates none)."""
     return micro_step % micro_steps_per_batch(args) != 0
 
 
 def save_batch(trainer: Any, folder: str) -> None:
     """Write this process's buffered micro-batches into checkpoint ``folder`` when the checkpoint lies inside a
     generation batch (every process writes its own file, as HF Trainer writes its RNG states)."""
-    buffered = trl_contact.buffered_inputs(trainer)
-    if buffered is None or not inside_batch(trl_contact.micro_step(trainer), trainer.args):
+    buffer = trainer.generation_buffer
+    buffered = buffer.micro_batches
+    if buffered is None or not inside_batch(buffer.micro_step, trainer.args):
         return
     acc = trainer.accelerator
     os.makedirs(folder, exist_ok=True)
@@ -141,11 +126,13 @@ def check_resumable(args: Any, world: int, checkpoint: str, state_file: str) -> 
 
 
 def restore(trainer: Any, checkpoint: str, state_file: str) -> None:
-    """After HF Trainer loaded ``checkpoint``: TRL's counter at the checkpoint's value, and, inside a generation
-    batch, this process's buffered micro-batches, so TRL continues the batch instead of generating a new one."""
+    """After HF Trainer loaded ``checkpoint``: the micro-step counter at the checkpoint's value, and, inside a
+    generation batch, this process's buffered micro-batches, so the trainer continues the batch instead of generating
+    a new one."""
     acc = trainer.accelerator
-    micro = checkpoint_micro_step(checkpoint, trainer.args.gradient_accumulation_steps, state_file)
-    trl_contact.set_micro_step(trainer, micro)
-    if inside_batch(micro, trainer.args):
+    buffer = trainer.generation_buffer
+    buffer.load_state_dict({"micro_step": checkpoint_micro_step(checkpoint, trainer.args.gradient_accumulation_steps,
+                                                                state_file)})
+    if inside_batch(buffer.micro_step, trainer.args):
         path = os.path.join(checkpoint, batch_file(acc.process_index, acc.num_processes))
-        trl_contact.set_buffered_inputs(trainer, torch.load(path, map_location=acc.device, weights_only=True))
+        buffer.fill(torch.load(path, map_location=acc.device, weights_only=True))

@@ -47,7 +47,7 @@ def add_selection_hook(hook: SelectionHook) -> None:
 def micro_step_generator(trainer: Any) -> torch.Generator:
     """Seeded by (seed, optimizer step, micro-step in the accumulation window): the same on every rank, and on
     resume (both counters are restored)."""
-    micro = trl_contact.micro_step(trainer) % max(trainer.args.gradient_accumulation_steps, 1)
+    micro = trainer.generation_buffer.micro_step % max(trainer.args.gradient_accumulation_steps, 1)
     seed = (int(trainer.args.seed) * 1_000_003 + int(trainer.state.global_step) * 1_009 + micro) % (2**63)
     return torch.Generator().manual_seed(seed)
 

@@ -24,9 +24,7 @@ from typing import Any, Callable
 
 from transformers import TrainerCallback
 
-from trainer import trl_contact
 from trainer.config.errors import ConfigError
-from trainer.guards import generation_resume
 from trainer.guards.stopping import stop_training
 from trainer.pipeline.hooks import register_hook
 
@@ -103,7 +101,6 @@ def build_low_success_stop(trainer: Any) -> LowSuccessStop:
     counted, as upstream validates no such iteration)."""
     args = trainer.args
     stop = LowSuccessStop(args.low_success_stop_steps, args.low_success_stop_threshold)
-    per_batch = generation_resume.micro_steps_per_batch(args)
-    trainer.add_callback(LowSuccessStopCallback(stop, lambda: trl_contact.micro_step(trainer) % per_batch == 0,
+    trainer.add_callback(LowSuccessStopCallback(stop, trainer.generation_buffer.at_batch_boundary,
                                                 trainer.last_generation_was_empty))
     return stop

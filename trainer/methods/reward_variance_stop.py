@@ -8,9 +8,9 @@ training stops once 10 consecutive values are all below 0.1 x baseline. Here one
 batch; the stop takes effect at the end of that batch's last optimizer step, with a message naming the knob.
 Upstream checks before the update (agent_trainer.py:1210-1236) and breaks at 1241, so the iteration that triggers the
 stop is never trained there; here it is trained, then the run stops and saves (a deliberate difference:
-docs/ragen-fidelity.md). "The end of a batch" is read from TRL's own micro-step counter (a
-multiple of steps_per_generation x num_iterations after the step), not from ``global_step``: the counter is what
-decides when TRL generates, and it is checkpointed and restored on resume (trainer/guards/generation_resume.py);
+docs/ragen-fidelity.md). "The end of a batch" is read from the trainer's micro-step counter (a
+multiple of steps_per_generation x num_iterations after the step; trainer/pipeline/generation_buffer.py), not from
+``global_step``: the counter is what decides when a batch is generated, and it is checkpointed and restored on resume;
 when a step spans two batches (S x mu not a multiple of A) the stop waits for the first step that ends on a batch
 boundary, so its checkpoint resumes without a saved batch. State is saved in checkpoints
 (``winnow_stage_state.json``).
@@ -25,7 +25,6 @@ import torch
 from transformers import TrainerCallback
 
 from trainer import trl_contact
-from trainer.guards import generation_resume
 from trainer.guards.stopping import stop_training
 from trainer.pipeline.hooks import register_hook
 
@@ -123,12 +122,11 @@ class EvaluateBeforeTrainingCallback(TrainerCallback):
 
 @register_hook("reward_variance_stop", enabled=lambda args: args.reward_variance_stop_steps > 0)
 def build_reward_variance_stop(trainer: Any) -> RewardVarianceStop:
-    """RAGEN's reward-variance stop, and its callback ending training at the end of a generation batch (TRL's
-    micro-step counter decides when it generates)."""
+    """RAGEN's reward-variance stop, and its callback ending training at the end of a generation batch (the
+    trainer's micro-step counter decides when it generates)."""
     args = trainer.args
     stop = RewardVarianceStop(args.reward_variance_stop_steps, args.reward_variance_stop_ratio)
-    per_batch = generation_resume.micro_steps_per_batch(args)
-    trainer.add_callback(RewardVarianceStopCallback(stop, lambda: trl_contact.micro_step(trainer) % per_batch == 0))
+    trainer.add_callback(RewardVarianceStopCallback(stop, trainer.generation_buffer.at_batch_boundary))
     return stop
 
 
