@@ -21,6 +21,7 @@ import logging
 from typing import Any
 
 import torch
+from torch.nn.utils import get_total_norm
 from transformers import TrainerCallback
 
 from trainer import trl_contact
@@ -48,6 +49,13 @@ class NonFiniteGuard:
     def check_gradients(self, trainer: Any) -> None:
         """Before the optimizer step (not under DeepSpeed): arm the skip if any gradient is non-finite."""
         if self._reason is not None:
+            return
+        grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+        # Fast path: one fused L2 norm of every gradient and one host sync (a NaN or inf anywhere makes it non-finite;
+        # the max-|g| norm would say the same but is ~15x slower on CPU, bench/step_overhead.py). Only when it is not
+        # finite are the gradients checked one by one: that names the bad parameter, and a norm that merely
+        # overflowed on huge but finite gradients arms nothing (the check stays "any gradient non-finite").
+        if not grads or bool(torch.isfinite(get_total_norm(grads, norm_type=2.0))):
             return
         for name, param in trainer.model.named_parameters():
             if param.grad is not None and not bool(torch.isfinite(param.grad).all()):
