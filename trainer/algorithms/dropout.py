@@ -32,7 +32,7 @@ import torch
 SurprisalBasis = Literal["mean", "sum"]
 DeleteKind = Literal["positive", "negative", "both"]
 RecenterMode = Literal["prob_weighted", "mean", "none"]
-Selector = Literal["paper", "balanced_push", "balanced_push_neg"]  # trainer/methods/grpodropout.py picks the rule
+Selector = Literal["paper", "balanced_push", "balanced_push_neg"]  # methods/grpodropout/stage.py picks the rule
 ZeroPushGroups = Literal["keep_all", "random_min_keep"]
 SURPRISAL_BASES: tuple[str, ...] = get_args(SurprisalBasis)
 DELETE_KINDS: tuple[str, ...] = get_args(DeleteKind)

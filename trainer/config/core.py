@@ -15,7 +15,6 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from trl import GRPOConfig
 from trl.trainer.utils import get_config_model_id
 
-from trainer.algorithms.dropout import DeleteKind, RecenterMode, Selector, SurprisalBasis, ZeroPushGroups
 from trainer.algorithms.grpo import StdKind
 from trainer.algorithms.normalisers import ROW_NORMALISED
 from trainer.algorithms.snr_filter import KeepMode, LossScaling, ScoreMetric, Strategy, TopPMode
@@ -23,6 +22,7 @@ from trainer.config import redaction
 from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
 from trainer.config.teacher import TeacherFields, validate_teacher_fields
+from trainer.methods.grpodropout.fields import GRPODropoutFields
 from trainer.pipeline import stages
 from trainer.pipeline.step_dealing import VERL_MINIBATCH, WHOLE_STEPS, FilteredUpdates
 
@@ -30,7 +30,7 @@ THINK_PREFILL = "<think>"  # RAGEN's generation-prompt suffix with enable_think 
 
 
 @dataclass
-class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
+class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, GRPOConfig):
     """GRPOConfig + the stage pipeline (filter -> dropout -> advantage) and loss variants.
 
     With ``rollout_filter="none"``, ``rollout_dropout="none"``, ``advantage="grpo"`` and
@@ -164,56 +164,6 @@ class WinnowConfig(ServerFields, TeacherFields, GRPOConfig):
     kl_cov_coef: float = field(
         default=1.0,
         metadata={"help": "KL-Cov: coefficient beta of the |log pi - log pi_old| penalty (the paper's 1)."},
-    )
-
-    # --- GRPODropout (rollout_dropout: grpodropout) -------------------------------------------------
-    dropout_selector: Selector = field(
-        default="paper",
-        metadata={
-            "help": "GRPODropout selection rule: 'paper' (greedy max-cardinality solution of eq. 4, then the "
-            "restoration of dropout_delete), 'balanced_push' (the released code's main selector, variant `balance`: "
-            "keep every positive push, add negative pushes while the kept sum stays > 1e-12, keep at least max(1, "
-            "G // 4)) or 'balanced_push_neg' (variant `balance_neg`: balanced_push, then every dropped rollout with a "
-            "negative push and a negative advantage comes back)."
-        },
-    )
-    dropout_zero_push_groups: ZeroPushGroups = field(
-        default="keep_all",
-        metadata={
-            "help": "What a balanced selector keeps of a group whose pushes are all zero (equal rewards): 'keep_all' "
-            "(the paper's rule, sum h = 0 >= 0) or 'random_min_keep' (the released code: a random max(1, G // 4) "
-            "of them, drawn reproducibly from the seed and the group's tokens)."
-        },
-    )
-    dropout_restandardize: bool = field(
-        default=False,
-        metadata={
-            "help": "Recompute the GRPO advantages over each group's kept rollouts before recentering (the released "
-            "code's RECOMPUTE_ADV_AFTER_SELECT=True: verl's per-group mean and unbiased std + advantage_eps on the "
-            "kept rows; a group with one kept row gets A = R). Only when a rollout was dropped. advantage: grpo only."
-        },
-    )
-    dropout_delete: DeleteKind = field(
-        default="positive",
-        metadata={
-            "help": "Which removed rollouts stay removed (paper's selector): 'positive' (paper, eq. 7: every removed "
-            "rollout with A <= 0 is restored), 'negative' (restore A >= 0), 'both' (restore nothing). Table 2 rows. "
-            "dropout_selector 'balanced_push' has its own rule and rejects any other value than the default."
-        },
-    )
-    dropout_recenter: RecenterMode = field(
-        default="prob_weighted",
-        metadata={
-            "help": "Recentering of the kept advantages: 'prob_weighted' (paper, eq. 9: subtract the old-policy "
-            "probability-weighted mean, a softmax of -surprisal over the kept set), 'mean' (equal weights), 'none'."
-        },
-    )
-    dropout_surprisal_basis: SurprisalBasis = field(
-        default="mean",
-        metadata={
-            "help": "Surprisal of a rollout from old-policy token log-probs: 'mean' (length-normalised, the paper's "
-            "practice) or 'sum' (full-sequence surprisal of §3.1)."
-        },
     )
 
     # --- RAGEN-2 SNR-aware filtering (rollout_filter: snr) -------------------------------------------

@@ -1,20 +1,7 @@
 """Methods: stages (thin adapters from a RolloutBatch to the pure functions in trainer/algorithms/) and hooks (the
-methods that need more of the run: trainer/pipeline/hooks.py).
+methods that need more of the run: trainer/pipeline/hooks.py). A method with a folder of its own
+(``trainer/methods/grpodropout/``) keeps there its config fields, its stage and its config checks.
 
-Importing this package registers every method; trainer.pipeline.stages imports it on the first registry lookup
-(``available`` / ``get_stage`` / ``configured_hooks``), so config validation and the trainer see them. Hooks are
-built in the order registered here.
+Importing this package registers nothing: trainer/methods/builtin.py does, imported by the stage registry on its first
+lookup.
 """
-
-from trainer.methods import (
-    collapse_detector,  # noqa: F401  (registers hook: collapse)
-    cov_losses,  # noqa: F401  (registers loss_variant: clip_cov, kl_cov)
-    dynamic_sampling,  # noqa: F401  (registers hook: dynamic_sampling)
-    grpodropout,  # noqa: F401  (registers rollout_dropout: grpodropout)
-    low_success_stop,  # noqa: F401  (registers hook: low_success_stop)
-    reward_variance_stop,  # noqa: F401  (registers hooks: reward_variance_stop, val_before_train)
-    snr,  # noqa: F401  (registers rollout_filter: snr)
-    teacher_baselines,  # noqa: F401  (registers advantage: pg_opd, distilled_rl, atod; loss_variant: naive_hybrid)
-    teacher_hook,  # noqa: F401  (registers hook: teacher)
-    uecr,  # noqa: F401  (registers advantage: puu, uecr)
-)

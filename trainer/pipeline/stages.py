@@ -188,14 +188,14 @@ def register_stage(
 
 
 def load_builtin_methods() -> None:
-    """Import ``trainer.methods`` once, which registers the method stages (GRPODropout, SNR, ...).
+    """Import ``trainer.methods.builtin`` once, which registers the method stages (GRPODropout, SNR, ...).
 
     Done on the first lookup rather than at import so that this registry imports nothing of the methods: they
     import it, and a module-level import back would be a cycle held together only by import order."""
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        importlib.import_module("trainer.methods")
+        importlib.import_module("trainer.methods.builtin")
 
 
 def available(kind: str) -> list[str]:
