@@ -40,7 +40,7 @@ from harness import (  # noqa: E402
 from trainer import WinnowConfig, WinnowGRPOTrainer  # noqa: E402
 
 from trainer.pipeline import stages  # noqa: E402
-from trainer.methods import snr  # noqa: E402
+from trainer.methods.snr import stage as snr  # noqa: E402
 # isort: on
 
 

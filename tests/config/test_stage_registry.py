@@ -26,7 +26,7 @@ def test_duplicate_stage_name_is_refused_and_the_first_stays():
 
 def test_a_user_stage_cannot_take_a_builtin_name():
     assert "snr" in stages.available("rollout_filter")  # the built-in methods are loaded by the lookup
-    with pytest.raises(ValueError, match="already registered by trainer.methods.snr"):
+    with pytest.raises(ValueError, match="already registered by trainer.methods.snr.stage"):
         stages.register_stage("rollout_filter", "snr")(lambda batch, args: StageResult())
 
 

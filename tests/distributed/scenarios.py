@@ -43,7 +43,7 @@ from harness import (  # noqa: E402
 from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage  # noqa: E402
 from trainer.algorithms.grpo import nanstd  # noqa: E402
 from trainer.methods import cov_losses  # noqa: E402
-from trainer.methods.snr import snr_filter, snr_needs  # noqa: E402
+from trainer.methods.snr.stage import snr_filter, snr_needs  # noqa: E402
 
 DECISIONS: list[dict[str, torch.Tensor]] = []
 SELECTIONS: list[dict[str, torch.Tensor]] = []  # Clip-Cov / KL-Cov global token choices, one per micro-step
