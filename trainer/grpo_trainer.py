@@ -145,7 +145,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
                               "chunks would change it", "use micro_batch_tokens: null with output_router_logits")
         # the latest generation batch's decision, and whether it left nothing to train on, until it is dealt
-        self._decision: tuple[stages.PipelineOutput, bool] | None = None
+        self._decision: tuple[stages.Decision, bool] | None = None
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
 
     # --- TRL override points -------------------------------------------------------------------------

@@ -244,15 +244,17 @@ def can_remove_rollouts(args: Any) -> bool:
 
 
 @dataclass
-class PipelineOutput:
-    """Final decision on a global batch: keep mask, advantages (zero where dropped), telemetry."""
+class Decision:
+    """The stage pipeline's one decision on a global batch: which rows are kept (``keep``, (N,)), their
+    advantages ((N,) or (N, T), zero where dropped) and the stages' telemetry. dealing.deal places it on
+    micro-batches and optimizer steps; nothing else reads the stages' results."""
 
     keep: torch.Tensor
     advantages: torch.Tensor
     metrics: dict[str, float]
 
 
-def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
+def run_pipeline(batch: RolloutBatch, args: Any) -> Decision:
     """Run filter -> dropout -> advantage on ``batch`` and return the combined decision.
 
     Removal first, then statistics over what is kept (RAGEN's order: the filter runs at
@@ -325,7 +327,7 @@ def run_pipeline(batch: RolloutBatch, args: Any) -> PipelineOutput:
     untrainable = ~batch.trainable
     metrics["stages/untrainable_rollouts"] = float(untrainable.sum())
     metrics["stages/untrainable_groups"] = float(batch.groups(untrainable).all(dim=1).sum())
-    return PipelineOutput(keep=keep, advantages=advantages, metrics=metrics)
+    return Decision(keep=keep, advantages=advantages, metrics=metrics)
 
 
 def _live_rows(batch: RolloutBatch) -> torch.Tensor:
@@ -404,7 +406,7 @@ def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) 
 # first: its student pass also yields the old policy's log-probs at the sampling temperature, which ``old_logps``
 # then reuses instead of a second forward.
 def _teacher_input(trainer: Any, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):
-    """The teacher hook's scores (trainer/methods/teacher_hook.py); its old-policy log-probs at the sampling
+    """The teacher hook's scores (trainer/methods/uecr/hook.py); its old-policy log-probs at the sampling
     temperature (the same forward as T = 1) are left for ``old_logps`` to reuse, not gathered."""
     scores = trainer.hook("teacher").scores(trainer, output)
     scores["_old_logps_sampling_t"] = scores.pop("old_logps_sampling_t")
