@@ -1,5 +1,5 @@
 """Peak memory of teacher scoring (per-token log-prob + full-vocabulary entropy at T = 1, float32) vs sequence
-length at Qwen3's vocabulary V = 151,936: the chunked scorer (trainer/methods/teacher.py: LM head over chunks of
+length at Qwen3's vocabulary V = 151,936: the chunked scorer (trainer/methods/uecr/teacher.py: LM head over chunks of
 positions) against the naive one (the model's full (1, L, V) logits, then log-softmax and entropy).
 
 Each measurement runs in a fresh process: its peak resident set size after scoring minus the peak before
@@ -32,7 +32,7 @@ def measure(kind: str, length: int, chunk_tokens: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainer.methods.teacher import score_tokens
+    from trainer.methods.uecr.teacher import score_tokens
     from trainer.tools.assets import make_tiny_qwen3
 
     model = AutoModelForCausalLM.from_pretrained(str(make_tiny_qwen3())).eval()

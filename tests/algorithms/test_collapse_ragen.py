@@ -16,8 +16,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from trainer.algorithms.collapse_metrics import mi_metrics
-from trainer.methods.collapse_detector import CollapseDetector, first_turn_traces
-from trainer.methods.reasoning_span import reasoning_token_span
+from trainer.methods.collapse.hook import CollapseDetector, first_turn_traces
+from trainer.methods.collapse.reasoning_span import reasoning_token_span
 
 # merges that straddle the tags (".</", "k>I should", " \n</"), as a real BPE can produce
 CORPUS = ["k>I should", "k> the goal", "e.</", "ow \n</", "<th", "ink", "I should move the box left, then up.",
@@ -122,7 +122,7 @@ def _detector(num_samples=64, max_tokens=10**9):
 def test_multi_turn_sample_is_trajectory_uniform_with_replacement():
     """RAGEN draws the episode uniformly, then a turn of it (collapse_trajectory_sample/*): an episode with one valid
     turn is drawn as often as one with nine (turn-uniform sampling would give it 10 %)."""
-    from trainer.methods.collapse_detector import Trace
+    from trainer.methods.collapse.hook import Trace
 
     traces = [Trace((0, 1), (5,), 0)] + [Trace((1, k), (6,), 1) for k in range(9)]
     d = _detector()
@@ -135,7 +135,7 @@ def test_multi_turn_sample_is_trajectory_uniform_with_replacement():
 def test_multi_turn_budget_keeps_traces_and_columns_together():
     """64 x 64 when the budget allows it; otherwise the largest K with K x (sum |X| + sum |Z|) <= budget, each draw
     still its own column (before: 64 columns and as few as 3 traces)."""
-    from trainer.methods.collapse_detector import Trace
+    from trainer.methods.collapse.hook import Trace
 
     traces = [Trace(tuple(range(m, m + 1500)), tuple(range(100)), m) for m in range(128)]
     draws = _detector()._trajectory_uniform(traces, 128, 1)

@@ -54,7 +54,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/grpo_trainer.py", "self._timer.prepare_seconds"): WINNOW_OWN + " (PhaseTimer)",
     ("trainer/grpo_trainer.py", "trl_contact.vllm_generation(self).on_sync"): WINNOW_OWN + " (the disk/lora "
                                                                               "generation subclass's sync callback)",
-    ("trainer/methods/dynamic_sampling.py", "t.global_rewards_per_func"): "WinnowGRPOTrainer's own attribute "
+    ("trainer/methods/dynamic_sampling/hook.py", "t.global_rewards_per_func"): "WinnowGRPOTrainer's own attribute "
                                                                           "(the assembled batch's rewards)",
     ("trainer/pipeline/stages.py", "batch.estimate_advantages"): WINNOW_OWN + " (RolloutBatch)",
     ("trainer/pipeline/stages.py", "batch.keep"): WINNOW_OWN + " (RolloutBatch)",
@@ -92,9 +92,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/guards/empty_steps.py", "optimizer.step"): "library: HF Trainer calls optimizer.step() with no skip "
                                                          "hook (an empty or non-finite step)",
     ("trainer/guards/empty_steps.py", "optimizer.overflow"): "library: DeepSpeed ZeRO's own skip flag for a step",
-    ("trainer/methods/teacher.py", "inner.forward"): "library: ZeRO-3's root-module hooks fire only around forward "
-                                                     "(TRL's _ForwardRedirection does the same)",
-    ("trainer/methods/teacher.py", "module.forward"): "library: restores the forward redirected above",
+    ("trainer/methods/uecr/teacher.py", "inner.forward"): "library: ZeRO-3's root-module hooks fire only around "
+                                                          "forward (TRL's _ForwardRedirection does the same)",
+    ("trainer/methods/uecr/teacher.py", "module.forward"): "library: restores the forward redirected above",
     ("trainer/server/client.py", "session.request"): "library: a requests Session without a default timeout",
     ("trainer/server/weight_sync.py", "client_module.is_vllm_available"): "library: TRL's VLLMClient refuses to "
                                                                           "exist without vLLM importable, which "

@@ -42,7 +42,7 @@ from harness import (  # noqa: E402
 
 from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage  # noqa: E402
 from trainer.algorithms.grpo import nanstd  # noqa: E402
-from trainer.methods import cov_losses  # noqa: E402
+from trainer.methods.cov_losses import loss as cov_losses  # noqa: E402
 from trainer.methods.snr.stage import snr_filter, snr_needs  # noqa: E402
 
 DECISIONS: list[dict[str, torch.Tensor]] = []
@@ -268,7 +268,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     )
     teacher_calls: list[int] = []  # (local completion width) per teacher forward on this rank
     if trainer.hook("teacher") is not None:
-        from trainer.methods.teacher import _core
+        from trainer.methods.uecr.teacher import _core
 
         core = _core(trainer.hook("teacher").model)
         core.base_model.register_forward_pre_hook(
@@ -307,7 +307,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
                            for b in trainer.generation_buffer.micro_batches),
     }
     if trainer.hook("teacher") is not None:
-        from trainer.methods.teacher import _core, score_tokens
+        from trainer.methods.uecr.teacher import _core, score_tokens
 
         record["teacher_calls"] = list(teacher_calls)
         fixed = score_tokens(

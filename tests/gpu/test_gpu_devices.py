@@ -1,8 +1,8 @@
 """Issue 19 item 1: every stage runs on an accelerator without mixing devices, checked on the CPU.
 
 The stages run on tensors of tests/fake_accelerator.py (real values, reported on another device): any tensor a stage
-creates on the CPU and combines with the batch's -- the ``torch.quantile`` q of trainer/methods/uecr.py was one --
-fails here as it would on CUDA. Each result must also stay on the accelerator and equal the plain CPU run.
+creates on the CPU and combines with the batch's -- the ``torch.quantile`` q of trainer/methods/uecr/stage.py was
+one -- fails here as it would on CUDA. Each result must also stay on the accelerator and equal the plain CPU run.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer, CohereConfig, GraniteConfig, Qwen3Config
 
-from trainer.methods.teacher import load_teacher, score_tokens
+from trainer.methods.uecr.teacher import load_teacher, score_tokens
 from trainer.tools.assets import make_tiny_qwen3
 
 VOCAB = 512

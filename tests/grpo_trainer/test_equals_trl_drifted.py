@@ -30,7 +30,7 @@ from harness import (
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage
-from trainer.methods.teacher_baselines import TEACHER_DELTA_KEY
+from trainer.methods.uecr.baselines import TEACHER_DELTA_KEY
 
 LOSS_TYPES = ["grpo", "dapo", "dr_grpo", "bnpo"]
 VARIANTS = {  # variant -> (winnow args, TRL's clip range override)

@@ -10,7 +10,7 @@ import torch
 from harness import BASE_ARGS, deterministic_rollout_func, one_step_loss_and_grads, prompt_dataset, reward_token_parity
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
-from trainer.methods.collapse_detector import CollapseDetector, Trace, first_turn_traces
+from trainer.methods.collapse.hook import CollapseDetector, Trace, first_turn_traces
 
 OPEN, CLOSE = 151667, 151668  # Qwen3's <think> and </think>
 ROWS = 32  # 8 distinct prompts x 4
@@ -126,7 +126,7 @@ def test_think_mode_through_trainer_and_token_cap(tiny_model, tmp_path):
 
 def test_multi_turn_pairs_give_every_turn_its_whole_context():
     """collapse_turns: all -- each run of model tokens is a turn; its context is the prompt + everything before it."""
-    from trainer.methods.collapse_detector import _turns
+    from trainer.methods.collapse.hook import _turns
 
     prompt, ids = [1, 2], [10, 11, 50, 51, 12, 13, 0, 0]
     mask = [1, 1, 0, 0, 1, 1, 0, 0]  # turn, environment reply, turn, padding

@@ -15,7 +15,7 @@ import random
 import pytest
 import torch
 
-from trainer.methods.collapse_detector import BatchTraces, CollapseDetector, Trace
+from trainer.methods.collapse.hook import BatchTraces, CollapseDetector, Trace
 
 
 def synthetic_logp(context: tuple[int, ...], reasoning: tuple[int, ...]) -> float:

@@ -19,7 +19,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
 from trainer.algorithms.losses import selection_count
-from trainer.methods import cov_losses
+from trainer.methods.cov_losses import loss as cov_losses
 
 ROWS = 16
 

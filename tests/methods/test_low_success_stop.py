@@ -14,7 +14,7 @@ from transformers import TrainerControl, TrainerState
 
 from trainer import trl_contact
 from trainer.config.core import ConfigError, WinnowConfig
-from trainer.methods.low_success_stop import SUCCESS_METRIC, LowSuccessStop, LowSuccessStopCallback
+from trainer.methods.low_success_stop.hook import SUCCESS_METRIC, LowSuccessStop, LowSuccessStopCallback
 
 
 def upstream_stop_index(validations: list[dict[str, float]]) -> int | None:

@@ -12,7 +12,7 @@ import torch
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, tiny_model_path
 
 from trainer.config.core import ConfigError, WinnowConfig
-from trainer.methods.reward_variance_stop import RewardVarianceStop, mean_group_reward_std
+from trainer.methods.reward_variance_stop.hook import RewardVarianceStop, mean_group_reward_std
 
 
 def upstream_stop_index(values: list[float]) -> int | None:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
 
-from trainer.methods.teacher import TeacherVocabularyError, check_vocabulary, score_tokens
+from trainer.methods.uecr.teacher import TeacherVocabularyError, check_vocabulary, score_tokens
 from trainer.tools.assets import make_tiny_qwen3
 
 
@@ -94,7 +94,7 @@ OWN_LONGEST = [14, 12, 10]  # padded_batch's micro-batches of 2: their own longe
 
 def forward_widths(model) -> list[int]:
     """Positions of every backbone forward of ``model`` from now on (a hook on the module the scorer runs)."""
-    from trainer.methods.teacher import _core
+    from trainer.methods.uecr.teacher import _core
 
     widths: list[int] = []
     _core(model).base_model.register_forward_pre_hook(
@@ -178,7 +178,7 @@ def test_trust_remote_code_and_revision_reach_every_teacher_loader(teacher_path,
 
     from transformers import AutoConfig, PreTrainedModel
 
-    from trainer.methods.teacher import load_teacher
+    from trainer.methods.uecr.teacher import load_teacher
 
     seen = []
     loaders = {cls: cls.from_pretrained.__func__ for cls in (AutoConfig, AutoTokenizer, PreTrainedModel)}

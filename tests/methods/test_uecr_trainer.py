@@ -22,7 +22,7 @@ from harness import (
 )
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
-from trainer.methods.teacher import score_tokens
+from trainer.methods.uecr.teacher import score_tokens
 from trainer.pipeline.batch import RolloutBatch
 from trainer.pipeline.stages import run_pipeline
 from trainer.tools.assets import make_tiny_qwen3

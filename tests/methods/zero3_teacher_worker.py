@@ -1,5 +1,5 @@
 """One process under a real DeepSpeed ZeRO-3 engine (CPU accelerator, gloo) scoring the tiny teacher with
-trainer/methods/teacher.py ``score_tokens``; run by tests/methods/test_teacher.py in its own process (DeepSpeed's
+trainer/methods/uecr/teacher.py ``score_tokens``; run by tests/methods/test_teacher.py in its own process (DeepSpeed's
 process group and transformers' ZeRO-3 flag are process-wide).
 
     python tests/methods/zero3_teacher_worker.py TEACHER_PATH OUT.pt
@@ -34,7 +34,7 @@ def main(teacher_path: str, out: str) -> None:
     sys.path.insert(0, os.path.dirname(__file__))
     from test_teacher import padded_batch
 
-    from trainer.methods.teacher import _core, score_tokens
+    from trainer.methods.uecr.teacher import _core, score_tokens
 
     deepspeed.init_distributed(dist_backend="gloo")
     model = AutoModelForCausalLM.from_pretrained(teacher_path).eval().requires_grad_(False)

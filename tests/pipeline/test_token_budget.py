@@ -18,7 +18,7 @@ from harness import BASE_ARGS, deterministic_rollout_func, grads_of, prompt_data
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
-from trainer.methods.teacher_baselines import TEACHER_DELTA_KEY
+from trainer.methods.uecr.baselines import TEACHER_DELTA_KEY
 from trainer.pipeline.token_budget import plan_chunks, plan_trimmed, row_extents
 
 # TRL 1.16's loss types; the four the recipes use run by default, the rest (same weighting classes) under -m slow

@@ -15,9 +15,9 @@ from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, rewar
 from transformers import AutoModelForCausalLM
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
-from trainer.methods import collapse_detector
-from trainer.methods.collapse_detector import BatchTraces, Trace
-from trainer.methods.teacher import score_tokens
+from trainer.methods.collapse import hook as collapse_detector
+from trainer.methods.collapse.hook import BatchTraces, Trace
+from trainer.methods.uecr.teacher import score_tokens
 from trainer.tools.assets import make_tiny_qwen3
 
 COMPLETION_LENGTHS = [1, 1, 2, 2, 3, 3, 4, 5, 7, 10, 16, 24]  # long tail: p50 ~3.5, max 24

@@ -20,9 +20,14 @@ from trainer.algorithms.normalisers import ROW_NORMALISED
 from trainer.config import redaction
 from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
-from trainer.config.teacher import TeacherFields, validate_teacher_fields
+from trainer.methods.collapse.fields import CollapseFields
+from trainer.methods.cov_losses.fields import CovLossFields
+from trainer.methods.dynamic_sampling.fields import DynamicSamplingFields
 from trainer.methods.grpodropout.fields import GRPODropoutFields
+from trainer.methods.low_success_stop.fields import LowSuccessStopFields
+from trainer.methods.reward_variance_stop.fields import RewardVarianceStopFields
 from trainer.methods.snr.fields import SNRFilterFields
+from trainer.methods.uecr.fields import TeacherFields
 from trainer.pipeline import stages
 from trainer.pipeline.step_dealing import VERL_MINIBATCH, WHOLE_STEPS, FilteredUpdates
 
@@ -30,7 +35,18 @@ THINK_PREFILL = "<think>"  # RAGEN's generation-prompt suffix with enable_think 
 
 
 @dataclass
-class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFields, GRPOConfig):
+class WinnowConfig(  # each method's knobs beside the method (trainer/methods/<method>/fields.py), mixed in here
+    ServerFields,
+    TeacherFields,
+    LowSuccessStopFields,
+    RewardVarianceStopFields,
+    CollapseFields,
+    CovLossFields,
+    DynamicSamplingFields,
+    GRPODropoutFields,
+    SNRFilterFields,
+    GRPOConfig,
+):
     """GRPOConfig + the stage pipeline (filter -> dropout -> advantage) and loss variants.
 
     With ``rollout_filter="none"``, ``rollout_dropout="none"``, ``advantage="grpo"`` and
@@ -107,65 +123,6 @@ class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFiel
         },
     )
 
-    # --- DAPO dynamic sampling (Yu et al. 2025 §3.2) ------------------------------------------------------
-    dynamic_sampling: bool = field(
-        default=False,
-        metadata={
-            "help": "DAPO's dynamic sampling: prompt groups whose dynamic_sampling_metric is constant (all correct or "
-            "all wrong) are dropped and replaced by groups from newly generated batches until the generation batch "
-            "is full of mixed groups (bounded by max_num_gen_batches). Refill prompts come from a second seeded pass "
-            "over the training set. Logged as dynamic_sampling/*."
-        },
-    )
-    dynamic_sampling_metric: str = field(
-        default="reward",
-        metadata={
-            "help": "What must vary within a group for it to be kept: 'reward' (the weighted total reward) or the "
-            "name of one reward function of the recipe (e.g. 'math_accuracy': DAPO's 0 < #correct < G rule)."
-        },
-    )
-    max_num_gen_batches: int = field(
-        default=10,
-        metadata={
-            "help": "Most generation batches (of the configured size, the first included) one training batch may "
-            "take. DAPO's recipe oversamples 3x per round with 10 rounds: 30 here. See dynamic_sampling_on_limit."
-        },
-    )
-    dynamic_sampling_on_limit: Literal["partial", "error"] = field(
-        default="partial",
-        metadata={
-            "help": "When max_num_gen_batches is reached with too few mixed groups: 'partial' trains on the mixed "
-            "groups found (the missing ones are out of the loss and its normaliser; a step with none is skipped), "
-            "logging dynamic_sampling/limit_hit; 'error' stops training with an error (verl's DAPO behaviour)."
-        },
-    )
-
-    # --- Clip-Cov / KL-Cov (loss_variant: clip_cov | kl_cov; Cui et al. 2025 §4.2) -------------------------
-    clip_cov_ratio: float = field(
-        default=2e-4,
-        metadata={
-            "help": "Clip-Cov: fraction of the micro-step's valid tokens (all processes) whose gradient is cut."
-        },
-    )
-    clip_cov_lb: float = field(
-        default=1.0, metadata={"help": "Clip-Cov: lower bound of the covariance band of candidate tokens (exclusive)."}
-    )
-    clip_cov_ub: float = field(
-        default=5.0, metadata={"help": "Clip-Cov: upper bound of the covariance band of candidate tokens (exclusive)."}
-    )
-    kl_cov_ratio: float = field(
-        default=2e-3,
-        metadata={
-            "help": "KL-Cov: fraction of the micro-step's valid tokens (all processes), largest covariance first, "
-            "that get the |log-ratio| penalty (2e-3 for 7B models, 2e-4 for 32B in the paper; a fraction, not "
-            "percent)."
-        },
-    )
-    kl_cov_coef: float = field(
-        default=1.0,
-        metadata={"help": "KL-Cov: coefficient beta of the |log pi - log pi_old| penalty (the paper's 1)."},
-    )
-
     # --- stages that remove rollouts (the SNR filter, GRPODropout, ...) -----------------------------------
     empty_batch_stop_steps: int = field(
         default=5,
@@ -200,39 +157,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFiel
         },
     )
 
-    # --- RAGEN-2 collapse detector -------------------------------------------------------------------------
-    collapse_detection: bool = field(
-        default=False,
-        metadata={
-            "help": "Log mutual-information 'template collapse' metrics (collapse/*, paper §3.2/§3.5): reasoning "
-            "traces of the unfiltered batch are scored under every distinct prompt of the batch with the current "
-            "policy (teacher-forced, no grad)."
-        },
-    )
-    collapse_every: int = field(
-        default=5,
-        metadata={
-            "help": "Run the collapse check at step 1 and then on the first generation of every this many steps."
-        },
-    )
-    collapse_num_samples: int = field(
-        default=64,
-        metadata={"help": "Reasoning traces sampled (seeded, without replacement) from the batch per check."},
-    )
-    collapse_max_tokens: int = field(
-        default=32768,
-        metadata={
-            "help": "Cap on tokens fed through the model per sample of a check (sum over all trace x prompt pairs of "
-            "prompt + trace length): traces are admitted in sampling order while they fit. Cost = #prompts x #traces "
-            "teacher-forced sequences. RAGEN has no cap; to score its full 64 x 64 trajectory sample set it to >= "
-            "collapse_num_samples^2 x the longest prompt + completion (the RAGEN recipes do)."
-        },
-    )
-    collapse_micro_batch_size: int = field(
-        default=32,
-        metadata={"help": "Sequences per forward pass of the collapse check (per process). Ignored when "
-                  "micro_batch_tokens is set: the token budget then sizes these forwards."},
-    )
+    # --- run-wide guards and RAGEN's loss options ------------------------------------------------------------
     vllm_request_timeout: float = field(
         default=600.0,
         metadata={
@@ -271,37 +196,6 @@ class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFiel
             "by max_completion_length. Needs loss_variant none."
         },
     )
-    reward_variance_stop_steps: int = field(
-        default=0,
-        metadata={
-            "help": "RAGEN's reward-variance collapse early stop (agent_trainer.py:1209-1242): the mean within-group "
-            "reward std of the first N non-empty generation batches sets a baseline, and training stops once N "
-            "consecutive ones are below reward_variance_stop_ratio x baseline. RAGEN: 10. 0 = off."
-        },
-    )
-    reward_variance_stop_ratio: float = field(
-        default=0.1,
-        metadata={"help": "Fraction of the baseline below which a batch counts as collapsed (RAGEN: 0.1)."},
-    )
-    low_success_stop_steps: int = field(
-        default=0,
-        metadata={
-            "help": "RAGEN's low-validation-success early stop (agent_trainer.py:1482-1499): training stops once this "
-            "many evaluations in a row log eval env/success_rate below low_success_stop_threshold (the evaluation "
-            "before training and one right after an empty generation batch do not count; the stop saves a "
-            "checkpoint). Environment tasks only; without evaluations (eval_strategy 'no') it never runs, as "
-            "upstream's check sits in its validation branch. RAGEN: 5. 0 = off."
-        },
-    )
-    low_success_stop_threshold: float = field(
-        default=0.01,
-        metadata={"help": "Validation success rate below which an evaluation counts as failed (RAGEN: 0.01)."},
-    )
-    val_before_train: bool = field(
-        default=False,
-        metadata={"help": "Evaluate once before the first update (RAGEN: trainer.val_before_train True); needs "
-                  "eval_strategy != 'no'. Not repeated on resume."},
-    )
     think_prefill: bool = field(
         default=False,
         metadata={
@@ -310,16 +204,6 @@ class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFiel
             "ragen/llm_agent/ctx_manager.py:1259-1263, 1406): a reply 'reasoning</think><answer>Up</answer>' is then "
             "well-formed. The prefill tokens are context, never trained on. Single-turn tasks and the multi-turn "
             "rollout; for models whose template opens the think block itself (Qwen3 thinking mode) leave it off."
-        },
-    )
-    collapse_turns: Literal["first", "all"] = field(
-        default="first",
-        metadata={
-            "help": "Which collapse samples each check computes: 'first' (each rollout's first turn; columns = the "
-            "sampled traces' prompts; collapse/*) or 'all' (RAGEN's default, config/base.yaml:151-152: the first-turn "
-            "sample and, in the same check, the trajectory-uniform one under collapse/trajectory/*: every model turn "
-            "is a trace whose context is everything before it, collapse_num_samples (episode, turn) draws with "
-            "replacement, each its own column; trainer/methods/collapse_detector.py)."
         },
     )
 
@@ -472,14 +356,7 @@ class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFiel
                 raise ConfigError(name, f"{getattr(self, name)!r} is not an option", f"use one of {list(allowed)}")
         for check in stages.config_checks():  # each method's own fields (stages.register_config_check)
             check(self)
-        if self.reward_variance_stop_steps < 0 or not 0 < self.reward_variance_stop_ratio < 1:
-            raise ConfigError("reward_variance_stop_steps", f"needs steps >= 0 and 0 < reward_variance_stop_ratio < 1 "
-                              f"(got {self.reward_variance_stop_steps}, {self.reward_variance_stop_ratio})",
-                              "use RAGEN's 10 and 0.1, or 0 steps to turn it off")
-        self._validate_ragen_loss_and_stop()
-        if self.val_before_train and str(getattr(self.eval_strategy, "value", self.eval_strategy)) == "no":
-            raise ConfigError("val_before_train", "needs an evaluation set and schedule", "set eval_strategy: steps "
-                              "(environment tasks then validate on env_eval_levels held-out levels)")
+        self._validate_dr_grpo_token_sum()
         self._validate_micro_batch_tokens()
         if self.entropy_aggregation == "loss_type" and (self.use_adaptive_entropy or self.top_entropy_quantile < 1.0):
             raise ConfigError("entropy_aggregation", "'loss_type' is defined for a static entropy_coef on every token "
@@ -495,12 +372,10 @@ class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFiel
             raise ConfigError("vllm_request_timeout", f"must be > 0 (got {self.vllm_request_timeout})",
                               "use e.g. 600 (seconds; longer than the slowest generation call)")
         validate_server_fields(self)
-        self._validate_snr_and_collapse()
-        self._validate_dapo()
+        self._validate_empty_batch_stop()
         for stage in stages.configured_stages(self):  # the selected stages' own checks (register_stage validate=)
             if stage.validate is not None:
                 stage.validate(self)
-        validate_teacher_fields(self, "teacher" in stages.required_inputs(self))
         if self.num_generations is not None and self.num_generations < 2:
             group_stages = [s for s in stages.configured_stages(self) if s.group_level]
             if group_stages:
@@ -512,17 +387,13 @@ class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFiel
                     "set num_generations >= 2",
                 )
 
-    def _validate_ragen_loss_and_stop(self) -> None:
+    def _validate_dr_grpo_token_sum(self) -> None:
         """``dr_grpo_token_sum`` rescales TRL's own dr_grpo loss (a surrogate-replacing loss_variant normalises on its
-        own); the low-success stop compares a success rate in [0, 1]."""
+        own)."""
         if self.dr_grpo_token_sum and (self.loss_type != "dr_grpo" or self.loss_variant != "none"):
             raise ConfigError("dr_grpo_token_sum", f"rescales TRL's dr_grpo loss; got loss_type {self.loss_type!r}, "
                               f"loss_variant {self.loss_variant!r}", "use it with loss_type: dr_grpo and "
                               "loss_variant: none, or set dr_grpo_token_sum: false")
-        if self.low_success_stop_steps < 0 or not 0 <= self.low_success_stop_threshold <= 1:
-            raise ConfigError("low_success_stop_steps", f"needs steps >= 0 and 0 <= low_success_stop_threshold <= 1 "
-                              f"(got {self.low_success_stop_steps}, {self.low_success_stop_threshold})",
-                              "use RAGEN's 5 and 0.01, or 0 steps to turn it off")
 
     def _validate_micro_batch_tokens(self) -> None:
         """The chunked loss is exact only where TRL's loss is a sum over rows and tokens with micro-batch
@@ -541,26 +412,10 @@ class WinnowConfig(ServerFields, TeacherFields, GRPODropoutFields, SNRFilterFiel
                 raise ConfigError("micro_batch_tokens", f"cannot be combined with {name}={getattr(self, name)!r} "
                                   f"({what})", f"set {name}: {off}, or micro_batch_tokens: null")
 
-    def _validate_snr_and_collapse(self) -> None:
+    def _validate_empty_batch_stop(self) -> None:
         if self.empty_batch_stop_steps < 0:
             raise ConfigError("empty_batch_stop_steps", f"must be >= 0 (got {self.empty_batch_stop_steps})",
                               "use a non-negative value")
-        for name, low in (
-            ("collapse_every", 1),
-            ("collapse_num_samples", 2),
-            ("collapse_max_tokens", 1),
-            ("collapse_micro_batch_size", 1),
-        ):
-            if getattr(self, name) < low:
-                raise ConfigError(name, f"must be >= {low} (got {getattr(self, name)})", f"use a value >= {low}")
-
-    def _validate_dapo(self) -> None:
-        if self.max_num_gen_batches < 1:
-            raise ConfigError(
-                "max_num_gen_batches", f"must be >= 1 (got {self.max_num_gen_batches})", "use e.g. 10; 1 = no refill"
-            )
-        if self.dynamic_sampling and self.num_generations is not None and self.num_generations < 2:
-            raise ConfigError("num_generations", "dynamic_sampling compares rollouts within a group", "set >= 2")
 
 
 @cache

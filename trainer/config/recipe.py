@@ -47,7 +47,6 @@ from trainer.config.recipe_parser import (
     split_config_flag,
 )
 from trainer.config.server import ServerFields
-from trainer.config.teacher import TeacherFields
 from trainer.config.yaml_types import check_recipe_types
 from trainer.data import DatasetUnavailableError, list_task_datasets, load_task_dataset
 from trainer.data.envs import ENV_TASKS
@@ -242,6 +241,14 @@ CLI_ONLY = ("allow_unsafe_env", "allow_external_checkpoint")
 CLASSES = (TaskArguments, WinnowConfig, ModelConfig)
 
 
+def method_sections() -> list[tuple[str, str, list[str]]]:
+    """One --help section per method whose knobs are a mixin of WinnowConfig (trainer/methods/<method>/fields.py),
+    titled by the mixin's docstring."""
+    mixins = [c for c in WinnowConfig.__mro__ if c.__module__.startswith("trainer.methods.")]
+    titles = [c.__doc__.strip().splitlines()[0].rstrip(".").replace("``", "") for c in mixins]
+    return [(f"method: {title}", "", own_fields(c)) for title, c in zip(titles, mixins)]
+
+
 def recipe_parser() -> RecipeParser:
     """The parser of recipes (three dataclasses, one YAML namespace), its --help grouped by topic."""
     sections = [
@@ -250,7 +257,7 @@ def recipe_parser() -> RecipeParser:
         ("dataset: a Hub id or local path in dataset_name (TRL's dataset keys)", "", own_fields(DatasetFields)),
         ("stages: winnow-rl's pipeline (rollout_filter -> rollout_dropout -> advantage -> loss_variant) and its knobs",
          "", own_fields(WinnowConfig)),
-        ("teacher (UECR and the teacher baselines)", "", own_fields(TeacherFields)),
+        *method_sections(),
         ("vLLM server and weight sync", "", own_fields(ServerFields)),
         ("environment tasks (dataset_name: sokoban | frozenlake)", "", own_fields(EnvTaskFields)),
         ("model (TRL ModelConfig; LoRA with use_peft)", "", own_fields(ModelConfig)),

@@ -7,8 +7,8 @@ generated each response"), with the frozen teacher, responses truncated at 8,192
     teacher_score_i = (1/L_i) sum_t [log pi_T(y_t | x, y_<t) - log pi_ckpt(y_t | x, y_<t)]   at T = 1,
 
 the PUU teacher score R^T of training (§B, trainer/algorithms/uecr.py ``token_gap`` / ``teacher_score``), with
-both log-probs from the trainer's own scorer (trainer/methods/teacher.py ``score_tokens``: float32 head, the model's
-logit scale and softcap). Nothing here computes a log-prob itself.
+both log-probs from the trainer's own scorer (trainer/methods/uecr/teacher.py ``score_tokens``: float32 head, the
+model's logit scale and softcap). Nothing here computes a log-prob itself.
 
 Input: an evaluation folder of launch/eval.py, ``<eval_dir>/<system>/{config.json, results.jsonl}``; one
 system = one checkpoint. The prompt is rebuilt exactly as the evaluation built it (same benchmark rows, prompt
@@ -40,7 +40,7 @@ from trainer.config.recipe import resolve_model_path
 from trainer.eval.benchmarks import load_benchmark
 from trainer.eval.generation import Decoding, chat_prompt_ids
 from trainer.eval.runner import BenchmarkSpec, EvalConfig, SystemSpec, _question
-from trainer.methods.teacher import check_vocabulary, score_tokens
+from trainer.methods.uecr.teacher import check_vocabulary, score_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ def check_system(
     folder: str | Path, teacher_path: str, checkpoint_path: str | None = None
 ) -> tuple[EvalConfig, str, Any]:
     """Before any weights load: the folder's eval config, its checkpoint path and tokenizer; refuses an oracle
-    control (no model) and a teacher that reads other token ids (:func:`trainer.methods.teacher.check_vocabulary`)."""
+    control (no model) and a teacher that reads other token ids
+    (:func:`trainer.methods.uecr.teacher.check_vocabulary`)."""
     folder = Path(folder)
     cfg = _system_config(folder)
     system = cfg.systems[0]

@@ -4,15 +4,17 @@ Hooks are built in the order registered here. (Not done in ``trainer/methods/__i
 ``trainer/methods/<method>/fields.py``, are imported by the config, which every method imports.)
 """
 
-from trainer.methods import (
-    collapse_detector,  # noqa: F401  (registers hook: collapse)
-    cov_losses,  # noqa: F401  (registers loss_variant: clip_cov, kl_cov)
-    dynamic_sampling,  # noqa: F401  (registers hook: dynamic_sampling)
-    low_success_stop,  # noqa: F401  (registers hook: low_success_stop)
-    reward_variance_stop,  # noqa: F401  (registers hooks: reward_variance_stop, val_before_train)
-    teacher_baselines,  # noqa: F401  (registers advantage: pg_opd, distilled_rl, atod; loss_variant: naive_hybrid)
-    teacher_hook,  # noqa: F401  (registers hook: teacher)
-    uecr,  # noqa: F401  (registers advantage: puu, uecr)
-)
+from trainer.methods.collapse import hook as collapse_hook  # noqa: F401  (registers hook: collapse)
+from trainer.methods.cov_losses import loss as cov_losses  # noqa: F401  (registers loss_variant: clip_cov, kl_cov)
+from trainer.methods.dynamic_sampling import hook as dynamic_sampling_hook  # noqa: F401  (hook: dynamic_sampling)
 from trainer.methods.grpodropout import stage as grpodropout_stage  # noqa: F401  (registers rollout_dropout)
+from trainer.methods.low_success_stop import hook as low_success_stop_hook  # noqa: F401  (hook: low_success_stop)
+from trainer.methods.reward_variance_stop import hook as reward_variance_stop_hook  # noqa: F401  (hooks:
+
+# reward_variance_stop, val_before_train)
 from trainer.methods.snr import stage as snr_stage  # noqa: F401  (registers rollout_filter: snr)
+from trainer.methods.uecr import baselines as uecr_baselines  # noqa: F401  (advantage: pg_opd, distilled_rl, atod;
+
+# loss_variant: naive_hybrid)
+from trainer.methods.uecr import hook as teacher_hook  # noqa: F401  (registers hook: teacher)
+from trainer.methods.uecr import stage as uecr_stage  # noqa: F401  (registers advantage: puu, uecr)

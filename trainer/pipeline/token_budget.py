@@ -15,7 +15,7 @@ no library offers it for TRL, hence this file). Three pieces:
   gets its own share through the chunk's ``LossCall.entropy_weight`` -- and TRL's logged metrics recorded per
   chunk and reduced once, as if unchunked (trainer/loss/call.py).
 - :func:`chunked_logps`: the no-grad log-prob passes (old policy, reference) over the same kind of chunks,
-  reassembled in row order. Teacher scoring (trainer/methods/teacher.py) and the collapse detector's cross-scoring
+  reassembled in row order. Teacher scoring (trainer/methods/uecr/teacher.py) and the collapse detector's cross-scoring
   plan their chunks with the same pure planner, :func:`plan_trimmed`.
 
 Several processes: the weights are TRL's per-rank normalisers (``dapo``'s global ``num_items_in_batch /

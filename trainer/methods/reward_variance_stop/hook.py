@@ -25,8 +25,10 @@ import torch
 from transformers import TrainerCallback
 
 from trainer import trl_contact
+from trainer.config.errors import ConfigError
 from trainer.guards.stopping import stop_training
 from trainer.pipeline.hooks import register_hook
+from trainer.pipeline.stages import register_config_check
 
 
 def mean_group_reward_std(rewards: torch.Tensor, group_size: int) -> float:
@@ -134,3 +136,15 @@ def build_reward_variance_stop(trainer: Any) -> RewardVarianceStop:
 def build_evaluate_before_training(trainer: Any) -> None:
     """``val_before_train``: a callback only (nothing to checkpoint)."""
     trainer.add_callback(EvaluateBeforeTrainingCallback(trainer))
+
+
+@register_config_check
+def check_reward_variance_stop_fields(args: Any) -> None:
+    """The stop's window and ratio; the evaluation before training needs an evaluation schedule."""
+    if args.reward_variance_stop_steps < 0 or not 0 < args.reward_variance_stop_ratio < 1:
+        raise ConfigError("reward_variance_stop_steps", f"needs steps >= 0 and 0 < reward_variance_stop_ratio < 1 "
+                          f"(got {args.reward_variance_stop_steps}, {args.reward_variance_stop_ratio})",
+                          "use RAGEN's 10 and 0.1, or 0 steps to turn it off")
+    if args.val_before_train and str(getattr(args.eval_strategy, "value", args.eval_strategy)) == "no":
+        raise ConfigError("val_before_train", "needs an evaluation set and schedule", "set eval_strategy: steps "
+                          "(environment tasks then validate on env_eval_levels held-out levels)")

@@ -42,9 +42,11 @@ import torch
 
 from trainer import trl_contact
 from trainer.algorithms.collapse_metrics import mi_metrics, signature_retrieval
-from trainer.methods.reasoning_span import THINK_OPEN, reasoning_token_span
+from trainer.config.errors import ConfigError
+from trainer.methods.collapse.reasoning_span import THINK_OPEN, reasoning_token_span
 from trainer.pipeline.batch import gather_padded
 from trainer.pipeline.hooks import register_hook
+from trainer.pipeline.stages import register_config_check
 from trainer.pipeline.token_budget import equal_forward_fillers, plan_chunks, shortest_row
 
 logger = logging.getLogger(__name__)
@@ -485,3 +487,17 @@ def _single_token_id(tokenizer: Any, token: str) -> int | None:
 def build_collapse_detector(trainer: Any) -> CollapseDetector:
     """RAGEN-2's collapse probe for ``trainer`` (its schedule and EMAs are checkpointed)."""
     return CollapseDetector(trainer.args, trl_contact.tokenizer(trainer))
+
+
+@register_config_check
+def check_collapse_fields(args: Any) -> None:
+    """The probe's sizes: at least one step between checks, two traces (a mutual information needs two), one token
+    and one sequence per forward."""
+    for name, low in (
+        ("collapse_every", 1),
+        ("collapse_num_samples", 2),
+        ("collapse_max_tokens", 1),
+        ("collapse_micro_batch_size", 1),
+    ):
+        if getattr(args, name) < low:
+            raise ConfigError(name, f"must be >= {low} (got {getattr(args, name)})", f"use a value >= {low}")

@@ -1,4 +1,5 @@
-"""Teacher and UECR-GRPO knobs of ``WinnowConfig`` (a mixin dataclass, so config.py stays one screen per topic).
+"""The teacher's, UECR-GRPO's and its baselines' knobs: a mixin of ``WinnowConfig`` (its fields appear there and in
+``--help`` like all others).
 
 Every constant of the reconstructed ECR formulas is a field (the paper's displayed equations were lost, so the
 form and its constants must stay configurable; see trainer/algorithms/uecr.py).

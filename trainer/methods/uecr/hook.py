@@ -1,7 +1,7 @@
 """The frozen teacher as a method hook (trainer/pipeline/hooks.py): loaded when a configured stage scores with it.
 
 :class:`TeacherScorer` holds the teacher and scores a generation batch: the teacher's per-token log-probs and
-full-vocabulary entropy, and the old policy's log-probs, at T = 1 (trainer/methods/teacher.py does the forwards).
+full-vocabulary entropy, and the old policy's log-probs, at T = 1 (trainer/methods/uecr/teacher.py does the forwards).
 The ``teacher`` row input (trainer/pipeline/stages.py) calls :meth:`TeacherScorer.scores`.
 """
 
@@ -14,9 +14,11 @@ from typing import Any
 import torch
 
 from trainer import trl_contact
-from trainer.methods.teacher import load_teacher, score_tokens
+from trainer.methods.uecr.fields import validate_teacher_fields
+from trainer.methods.uecr.teacher import load_teacher, score_tokens
 from trainer.pipeline import stages
 from trainer.pipeline.hooks import register_hook
+from trainer.pipeline.stages import register_config_check
 
 
 class TeacherScorer:
@@ -61,3 +63,9 @@ def peak_memory_mb(device: torch.device) -> float:
 def build_teacher_scorer(trainer: Any) -> TeacherScorer:
     """The frozen teacher exists only when a configured stage scores with it (off means off)."""
     return TeacherScorer(trainer)
+
+
+@register_config_check
+def check_teacher_fields(args: Any) -> None:
+    """The teacher's knobs, and a teacher model wherever a configured stage reads the teacher's scores."""
+    validate_teacher_fields(args, "teacher" in stages.required_inputs(args))

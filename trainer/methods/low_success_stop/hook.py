@@ -12,7 +12,7 @@ Here a run has one environment, whose validation success is TRL's eval metric ``
 the ``env_eval_levels`` held-out episodes that succeeded, trainer/rollout/multi_turn.py). Evaluations at step 0
 (``val_before_train``) and evaluations right after an empty generation batch are not counted; without evaluations
 the stop never runs (upstream's check sits in its validation branch, line 1475). As the
-reward-variance stop (trainer/methods/reward_variance_stop.py), the stop takes effect at the end of a generation
+reward-variance stop (trainer/methods/reward_variance_stop/hook.py), the stop takes effect at the end of a generation
 batch -- at once when the evaluation falls on a batch boundary, as the RAGEN recipes' ``eval_steps`` do -- with a
 message naming the knob and a checkpoint (upstream breaks at line 1499, before its save at 1501-1503, and keeps
 none). The counter is saved in checkpoints (``winnow_stage_state.json``).
@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 from trainer.config.errors import ConfigError
 from trainer.guards.stopping import stop_training
 from trainer.pipeline.hooks import register_hook
+from trainer.pipeline.stages import register_config_check
 
 # TRL prefixes evaluation metrics with "eval_"; the multi-turn rollout logs env/success_rate (multi_turn.py _log)
 SUCCESS_METRIC = "eval_env/success_rate"
@@ -104,3 +105,12 @@ def build_low_success_stop(trainer: Any) -> LowSuccessStop:
     trainer.add_callback(LowSuccessStopCallback(stop, trainer.generation_buffer.at_batch_boundary,
                                                 trainer.last_generation_was_empty))
     return stop
+
+
+@register_config_check
+def check_low_success_stop_fields(args: Any) -> None:
+    """The stop counts evaluations and compares a success rate in [0, 1]."""
+    if args.low_success_stop_steps < 0 or not 0 <= args.low_success_stop_threshold <= 1:
+        raise ConfigError("low_success_stop_steps", f"needs steps >= 0 and 0 <= low_success_stop_threshold <= 1 "
+                          f"(got {args.low_success_stop_steps}, {args.low_success_stop_threshold})",
+                          "use RAGEN's 5 and 0.01, or 0 steps to turn it off")

@@ -29,11 +29,12 @@ from trl.trainer.utils import RepeatSampler
 from trainer import trl_contact
 from trainer.algorithms.dapo import mixed_groups
 from trainer.algorithms.grpo import total_reward
-from trainer.config.core import ConfigError
+from trainer.config.errors import ConfigError
 from trainer.pipeline import trained_batch_metrics
 from trainer.pipeline.batch import gather_padded
 from trainer.pipeline.compaction import LEFT_PADDED, gather_key, pad_value, row_keys, trim_padding
 from trainer.pipeline.hooks import register_hook
+from trainer.pipeline.stages import register_config_check
 
 logger = logging.getLogger(__name__)
 REFILL_SEED_OFFSET = 7919  # the refill stream's sampler seed = seed + this (distinct from the main stream's)
@@ -254,3 +255,14 @@ def _pad(t: torch.Tensor, width: int, value: float, left: bool) -> torch.Tensor:
 def build_dynamic_sampler(trainer: Any) -> DynamicSampler:
     """DAPO's dynamic sampling for ``trainer`` (its refill stream and checkpointed count)."""
     return DynamicSampler(trainer)
+
+
+@register_config_check
+def check_dynamic_sampling_fields(args: Any) -> None:
+    """At least one generation batch per training batch; groups of two or more rollouts to compare."""
+    if args.max_num_gen_batches < 1:
+        raise ConfigError(
+            "max_num_gen_batches", f"must be >= 1 (got {args.max_num_gen_batches})", "use e.g. 10; 1 = no refill"
+        )
+    if args.dynamic_sampling and args.num_generations is not None and args.num_generations < 2:
+        raise ConfigError("num_generations", "dynamic_sampling compares rollouts within a group", "set >= 2")
