@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -28,8 +27,7 @@ from trl.extras.profiling import profiling_decorator
 
 from trainer import trl_contact
 from trainer.algorithms.normalisers import ROW_NORMALISED
-from trainer.config import redaction
-from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config
+from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config, pickled_redacted
 from trainer.config.server import server_url
 from trainer.guards import atomic_checkpoint, generation_resume
 from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
@@ -409,13 +407,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
         """HF Trainer's save of the model, tokenizer and ``training_args.bin``; the args it pickles there are a copy
         with the secrets redacted (trainer/config/redaction.py: ``hub_token``, ``model_init_kwargs.token``, URL
         user-info), written in place of the running args, which keep them (model loading, hub pushes need them)."""
-        with _pickled_redacted(self.args):
+        with pickled_redacted(self.args):
             super()._save(output_dir, state_dict=state_dict)
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """HF Trainer's hub push of a checkpoint, which pickles the args into ``output_dir`` again: redacted, as
         in :meth:`_save` (the upload itself still reads the real ``hub_token``)."""
-        with _pickled_redacted(self.args):
+        with pickled_redacted(self.args):
             super()._push_from_checkpoint(checkpoint_folder)
 
     def _record_published_best(self, run_dir: str, staged: str) -> None:
@@ -557,25 +555,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
         elif output.get("old_per_token_logps") is not None:
             logps = output["old_per_token_logps"]
         return logps, entropies
-
-
-@contextmanager
-def _pickled_redacted(args: Any) -> Iterator[None]:
-    """While inside, pickling ``args`` (transformers' ``torch.save(self.args, training_args.bin)``) writes
-    :func:`redaction.redacted_copy` of it instead -- under its own class, so ``torch.load`` gives back a plain
-    ``WinnowConfig`` -- while every attribute read of ``args`` still sees the real values. Done by giving ``args``, for
-    the duration, a subclass of its class whose only change is ``__reduce_ex__``; nothing else pickles the args
-    during a save. The copy is reduced as protocol 1 does (copyreg's reconstructor, then its ``__dict__``): protocol
-    2's ``__newobj__`` form must name the class of the object being pickled, which here is the subclass."""
-    clone = redaction.redacted_copy(args)
-    original = type(args)
-    args.__class__ = type(original.__name__, (original,),
-                          {"__reduce_ex__": lambda self, protocol: clone.__reduce_ex__(1),
-                           "__module__": original.__module__})
-    try:
-        yield
-    finally:
-        args.__class__ = original
 
 
 def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:

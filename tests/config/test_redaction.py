@@ -184,12 +184,11 @@ def test_to_dict_str_and_repr_carry_no_secret():
 def test_training_args_pickle_is_redacted_and_the_args_keep_their_secrets():
     """What ``WinnowGRPOTrainer._save`` / ``_push_from_checkpoint`` do around transformers'
     ``torch.save(self.args, training_args.bin)``."""
-    from trainer.config.core import WinnowConfig
-    from trainer.grpo_trainer import _pickled_redacted
+    from trainer.config.core import WinnowConfig, pickled_redacted
 
     args = _secret_args()
     buf = io.BytesIO()
-    with _pickled_redacted(args):
+    with pickled_redacted(args):
         assert args.hub_token == SECRET + "A" and isinstance(args, WinnowConfig)  # attribute reads see the real ones
         torch.save(args, buf)
         plain_pickles = [pickle.dumps(args, protocol=p) for p in (0, 2, pickle.HIGHEST_PROTOCOL)]

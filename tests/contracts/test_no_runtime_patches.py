@@ -82,8 +82,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/server/client.py", "adapter.max_retries"): "a requests HTTPAdapter winnow creates for its session",
     ("trainer/server/client.py", "probe.backoff_jitter"): "a urllib3 Retry winnow creates",
     # library state and methods: the runtime patches that remain, and why
-    ("trainer/grpo_trainer.py", "args.__class__"): "library: transformers pickles the args in _save with no hook; "
-                                                   "the class swap writes a redacted copy instead (secrets)",
     ("trainer/grpo_trainer.py", "generation.sync_weights"): "library: TRL's VLLMGeneration.sync_weights has no "
                                                             "timing hook (timing_s/weight_sync)",
     ("trainer/grpo_trainer.py", "self.state.best_model_checkpoint"): "library: transformers' TrainerState names the "

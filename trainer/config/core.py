@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from functools import cache
 from typing import Any, Literal, get_args, get_origin, get_type_hints
@@ -32,6 +35,8 @@ from trainer.pipeline import stages
 from trainer.pipeline.step_dealing import VERL_MINIBATCH, WHOLE_STEPS, FilteredUpdates
 
 THINK_PREFILL = "<think>"  # RAGEN's generation-prompt suffix with enable_think (ctx_manager.py:1260-1261)
+# id(args) -> the redacted copy to pickle in its place, set only inside pickled_redacted (see there)
+_PICKLE_AS: ContextVar[dict[int, Any] | None] = ContextVar("winnow_pickle_as", default=None)
 
 
 @dataclass
@@ -277,6 +282,15 @@ class WinnowConfig(  # each method's knobs beside the method (trainer/methods/<m
 
     __repr__ = __str__
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled as any dataclass, except inside :func:`pickled_redacted` (transformers' ``torch.save`` of
+        ``training_args.bin``), where the redacted copy made on entry is pickled in its place."""
+        stand_ins = _PICKLE_AS.get()
+        clone = stand_ins.get(id(self)) if stand_ins else None
+        if clone is not None:
+            return clone.__reduce_ex__(protocol)  # the same class, so every protocol's reduce form holds
+        return super().__reduce_ex__(protocol)
+
     def _validate_filtered_updates(self) -> None:
         """'proportional' and 'verl_minibatch' fill whole optimizer steps, so no step may span two generation
         batches (TRL has resolved steps_per_generation by now). 'verl_minibatch' divides each update by a fixed
@@ -416,6 +430,20 @@ class WinnowConfig(  # each method's knobs beside the method (trainer/methods/<m
         if self.empty_batch_stop_steps < 0:
             raise ConfigError("empty_batch_stop_steps", f"must be >= 0 (got {self.empty_batch_stop_steps})",
                               "use a non-negative value")
+
+
+@contextmanager
+def pickled_redacted(args: WinnowConfig) -> Iterator[None]:
+    """While inside, pickling ``args`` -- transformers' ``torch.save(self.args, training_args.bin)``, which has no
+    hook -- writes :func:`redaction.redacted_copy` of it (``torch.load`` gives back a plain ``WinnowConfig`` with
+    placeholders for the secrets), while every attribute read of ``args`` still sees the real values. The copy is
+    made on entry; the context is this thread's (transformers pickles the args in the thread that saves)."""
+    clone = redaction.redacted_copy(args)
+    token = _PICKLE_AS.set({**(_PICKLE_AS.get() or {}), id(args): clone})
+    try:
+        yield
+    finally:
+        _PICKLE_AS.reset(token)
 
 
 @cache
