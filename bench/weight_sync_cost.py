@@ -89,15 +89,14 @@ def measure(kind: str, model, url: str, work: Path, reps: int) -> dict:
     from transformers import AutoTokenizer
 
     from trainer.config.core import WinnowConfig
-    from trainer.server.generation import server_generation_class
+    from trainer.server.generation import SyncObserver, generation_backend_class
 
     args = WinnowConfig(output_dir=str(work), use_cpu=True, report_to="none", use_vllm=True, vllm_mode="server",
                         vllm_server_base_url=url, weight_sync=kind, weight_sync_dir=str(work / "sync" / kind))
-    generation = server_generation_class(args, kind)(
+    metrics = []
+    generation = generation_backend_class(args, kind, SyncObserver(on_metrics=metrics.append))(
         model=model, accelerator=Accelerator(cpu=True), processing_class=AutoTokenizer.from_pretrained(work / "model"),
         mode="server", server_base_url=url)
-    metrics = []
-    generation.on_sync = metrics.append
     for _ in range(reps + 1):
         generation.sync_weights()
     runs = metrics[1:]

@@ -43,7 +43,7 @@ from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
 from trainer.pipeline.token_budget import chunked_logps, chunked_loss
 from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server.client import harden_client, wait_for_server
-from trainer.server.generation import generation_class
+from trainer.server.generation import SyncObserver, generation_class
 from trainer.server.listeners import pin_nccl_group_to_loopback
 from trainer.tools import model_card
 
@@ -97,24 +97,23 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if sync in ("disk", "lora") and not args.weight_sync_dir:
             args.weight_sync_dir = os.path.join(args.output_dir, "weight_sync")
         self._reward_guard = RewardGuard()
-        # disk/lora: TRL's generation backend with our sync, and no NCCL group (trainer/server/generation.py)
-        with generation_class(args, sync) if sync in ("disk", "lora") else nullcontext():
+        self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/pipeline/phase_timing.py)
+        # winnow's subclass of TRL's generation backend: syncs timed and logged; disk/lora: our sync and no NCCL
+        # group (trainer/server/generation.py)
+        self.sync_observer = SyncObserver(timed=lambda: self._timer.phase("weight_sync"),
+                                          on_metrics=self._log_weight_sync)
+        backend = sync if sync in ("disk", "lora") else None
+        with generation_class(args, backend, self.sync_observer) if args.use_vllm else nullcontext():
             super().__init__(model, self._reward_guard.wrap(reward_funcs), args, **kwargs)
         client = trl_contact.vllm_client(self)
         if sync == "nccl" and client is not None:  # main process only: every request bounded, errors named
             harden_client(client, args.vllm_request_timeout)  # (disk/lora: hardened before the first request)
-        if sync in ("disk", "lora"):
-            trl_contact.vllm_generation(self).on_sync = self._log_weight_sync
         # The generation batch being trained and the micro-step counter that picks its micro-batch, in place of
         # TRL's private buffer; checkpointed, so generation boundaries survive a resume (guards/generation_resume.py)
         self.generation_buffer = GenerationBuffer(args.steps_per_generation, self.num_iterations)
         self._stages = stages.configured_stages(args)
         self._stage_needs = stages.required_inputs(args)
-        self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/pipeline/phase_timing.py)
         self.add_callback(PhaseTimingCallback(self._timer, self))
-        generation = trl_contact.vllm_generation(self)
-        if callable(getattr(generation, "sync_weights", None)):
-            generation.sync_weights = self._timer.wrap("weight_sync", generation.sync_weights)
         self.global_rewards_per_func: torch.Tensor | None = None  # (N, reward functions), all processes
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
         self._empty_steps = EmptyStepGuard(args.empty_batch_stop_steps) if stages.can_remove_rollouts(args) else None

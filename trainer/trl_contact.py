@@ -213,18 +213,6 @@ def gather_params(generation: Any, params: Any) -> Any:
     return generation._dist.gather_params(params)
 
 
-def client_hardening(client: Any) -> Any:
-    """The hardening settings :func:`trainer.server.client.harden_client` left on ``client``, or None."""
-    return getattr(client, "_winnow_hardening", None)
-
-
-def patch_client(client: Any, settings: Any, get: Callable[..., Any], post: Callable[..., Any]) -> None:
-    """Replace ``VLLMClient._get`` / ``_post`` (TRL 1.16's two request helpers, which raise a bare ``Exception``
-    on a non-200 answer) and record the hardening ``settings`` on the client."""
-    client._winnow_hardening = settings
-    client._get, client._post = get, post
-
-
 # --------------------------------------------------------------------------------------------------------------
 # accelerate / torch.amp / DeepSpeed optimizer internals (skipped optimizer steps, trainer/guards/empty_steps.py)
 # --------------------------------------------------------------------------------------------------------------
@@ -275,23 +263,6 @@ def fused_head_tile() -> tuple[int, int]:
     except ImportError:  # another TRL: its 1.16 values
         return 4096, 32768
     return TOKEN_CHUNK_SIZE, _CHUNKED_LOGPROB_CHUNK_SIZE
-
-
-# --------------------------------------------------------------------------------------------------------------
-# transformers
-# --------------------------------------------------------------------------------------------------------------
-
-
-@contextmanager
-def model_name_or_path(config: Any, name: str) -> Iterator[None]:
-    """Within the block, a ``PretrainedConfig`` reports ``name`` as its ``_name_or_path`` (read by TRL's
-    ``create_model_card``); restored after."""
-    saved = getattr(config, "_name_or_path", "")
-    config._name_or_path = name
-    try:
-        yield
-    finally:
-        config._name_or_path = saved
 
 
 # --------------------------------------------------------------------------------------------------------------

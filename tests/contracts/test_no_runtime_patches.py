@@ -52,8 +52,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/grpo_trainer.py", "args.weight_sync_dir"): "the run's config: a default under output_dir, set before "
                                                           "TRL's __init__ reads it",
     ("trainer/grpo_trainer.py", "self._timer.prepare_seconds"): WINNOW_OWN + " (PhaseTimer)",
-    ("trainer/grpo_trainer.py", "trl_contact.vllm_generation(self).on_sync"): WINNOW_OWN + " (the disk/lora "
-                                                                              "generation subclass's sync callback)",
     ("trainer/methods/dynamic_sampling/hook.py", "t.global_rewards_per_func"): "WinnowGRPOTrainer's own attribute "
                                                                           "(the assembled batch's rewards)",
     ("trainer/pipeline/stages.py", "batch.estimate_advantages"): WINNOW_OWN + " (RolloutBatch)",
@@ -79,11 +77,8 @@ ALLOWED: dict[tuple[str, str], str] = {
                                                                          "time",
     ("trainer/server/launcher.py", "args.tensor_parallel_size"): "the launcher's own argparse namespace",
     ("trainer/server/client.py", "copy.__class__"): "a copy winnow makes of an exception, to name the endpoint",
-    ("trainer/server/client.py", "adapter.max_retries"): "a requests HTTPAdapter winnow creates for its session",
     ("trainer/server/client.py", "probe.backoff_jitter"): "a urllib3 Retry winnow creates",
     # library state and methods: the runtime patches that remain, and why
-    ("trainer/grpo_trainer.py", "generation.sync_weights"): "library: TRL's VLLMGeneration.sync_weights has no "
-                                                            "timing hook (timing_s/weight_sync)",
     ("trainer/grpo_trainer.py", "self.state.best_model_checkpoint"): "library: transformers' TrainerState names the "
                                                                       "staging path; the checkpoint is published "
                                                                       "under another by an atomic rename",
@@ -93,20 +88,13 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/methods/uecr/teacher.py", "inner.forward"): "library: ZeRO-3's root-module hooks fire only around "
                                                           "forward (TRL's _ForwardRedirection does the same)",
     ("trainer/methods/uecr/teacher.py", "module.forward"): "library: restores the forward redirected above",
-    ("trainer/server/client.py", "session.request"): "library: a requests Session without a default timeout",
     ("trainer/server/weight_sync.py", "client_module.is_vllm_available"): "library: TRL's VLLMClient refuses to "
                                                                           "exist without vLLM importable, which "
                                                                           "HTTP generation does not need",
-    ("trainer/server/weight_sync.py", "self.generation.vllm_client.model"): "library: TRL's client names the served "
-                                                                            "model; a LoRA sync serves another",
     ("trainer/trl_contact.py", "grpo_module.VLLMGeneration"): "library: TRL builds its generation backend by name in "
                                                               "__init__, with no factory argument",
-    ("trainer/trl_contact.py", "client._winnow_hardening"): "library: hardening settings recorded on TRL's client",
-    ("trainer/trl_contact.py", "client._get"): "library: TRL's client raises a bare Exception without the URL",
-    ("trainer/trl_contact.py", "client._post"): "library: TRL's client raises a bare Exception without the URL",
     ("trainer/trl_contact.py", "optimizer._is_overflow"): "library: accelerate's skipped-step flag keeps the LR "
                                                           "scheduler still after a skipped step",
-    ("trainer/trl_contact.py", "config._name_or_path"): "library: TRL's model card reads the model's name from it",
 }
 
 

@@ -196,6 +196,34 @@ def test_card_names_method_dataset_and_local_base_model(tmp_path):
             "dataset.") in card
 
 
+def test_card_of_an_offline_alias_names_the_published_model(tmp_path):
+    """An offline: alias loads from a local folder, so TRL's real card (generate_model_card with TRL's template)
+    has no base model; the winnow card names the published model the alias was built from, in the metadata and the
+    link, as TRL names a Hub model."""
+    from trl.trainer.utils import generate_model_card
+
+    from trainer.tools.model_card import CardFacts, create
+
+    def trl_card(model_name=None, dataset_name=None, tags=None):
+        card = generate_model_card(base_model=None, model_name=model_name, hub_model_id="run",
+                                   dataset_name=dataset_name, tags=tags, wandb_url=None, comet_url=None,
+                                   trackio_url=None, trainer_name="GRPO")
+        card.save(tmp_path / "README.md")
+
+    args = SimpleNamespace(output_dir=str(tmp_path), rollout_filter="none", rollout_dropout="none",
+                           advantage="grpo", loss_variant="none")
+    trainer = SimpleNamespace(args=args, is_world_process_zero=lambda: True,
+                              card_facts=CardFacts("offline:smollm2", "HuggingFaceTB/SmolLM2-135M-Instruct",
+                                                   "arithmetic", None))
+    create(trainer, trl_card, model_name="run", tags=["winnow-rl"])
+    card = (tmp_path / "README.md").read_text()
+    meta = yaml.safe_load(card.split("---")[1])
+    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct" and "winnow-rl" in meta["tags"]
+    assert ("fine-tuned version of [HuggingFaceTB/SmolLM2-135M-Instruct]"
+            "(https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)") in card
+    assert "[None]" not in card and "trained with winnow-rl: GRPO (every stage off" in card
+
+
 def test_winnow_log_level_and_held_lines(capsys):
     """passive: INFO on the process that logs, WARNING on the others; an explicit log_level wins. Lines logged
     before the checks pass wait, and are dropped when a recipe error is the one line to show."""

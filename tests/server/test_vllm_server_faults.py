@@ -25,6 +25,7 @@ from trainer.server.client import (
     GenerationServerError,
     backoff_sleeps,
     harden_client,
+    hardening_of,
     max_attempts,
     request_budget,
     trl_default_retry,
@@ -182,16 +183,18 @@ def test_budget_numbers_match_trl_default_retry(fake, make_client):
     assert request_budget(600) == 60 + 6 * (10 + 600) == 3720
     assert request_budget(60) == 60 + 6 * (10 + 60) == 480
     harden_client(client, request_timeout=600)
-    assert client._winnow_hardening.budget() == 3720
+    assert hardening_of(client).budget() == 3720
 
 
 def test_healthy_generate_matches_trl_and_harden_is_idempotent(fake, make_client):
     fake.start()
     plain, hardened = make_client(fake.url), make_client(fake.url)
     harden_client(hardened, request_timeout=1.0)
-    wrapped = hardened.session.request
-    harden_client(hardened, request_timeout=2.0)  # updates settings, no second wrapper
-    assert hardened.session.request is wrapped and hardened._winnow_hardening.read_timeout == 2.0
+    adapter = hardened.session.get_adapter(fake.url)
+    harden_client(hardened, request_timeout=2.0)  # updates settings, no second adapter
+    assert hardened.session.get_adapter(fake.url) is adapter and hardening_of(hardened).read_timeout == 2.0
+    # Through requests' public transport API only: no method of TRL's client or of its session is replaced.
+    assert not {"_get", "_post"} & set(vars(hardened)) and "request" not in vars(hardened.session)
     expected = plain.generate(PROMPTS, n=2, max_tokens=3)
     out = hardened.generate(PROMPTS, n=2, max_tokens=3)
     assert out == expected
@@ -301,6 +304,20 @@ def test_failing_status_raises_clear_error(fake, make_client, mode, needle):
     assert needle in msg and f"127.0.0.1:{fake.port}" in msg and "/v1/completions" in msg
     assert ("refused the request" in msg) == (mode == "400")
     assert fake.hits["/v1/completions"] == (3 if mode == "500" else 1)  # 4xx is not in TRL's status_forcelist
+
+
+def test_404_that_trl_explains_passes_through_others_name_the_endpoint(fake, make_client):
+    """TRL answers a 404 on /server_info with its own fix (VLLM_SERVER_DEV_MODE=1): kept. Any other 404 (here
+    /get_world_size, through TRL's _get) becomes the named error instead of TRL's bare "Request failed: 404"."""
+    fake.start()
+    client = make_client(fake.url)
+    harden_client(client, request_timeout=1.0, retries=small_retry(total=0))
+    with pytest.raises(RuntimeError, match="VLLM_SERVER_DEV_MODE=1"):
+        client.get_server_info()
+    with pytest.raises(GenerationServerError) as info:
+        client.get_world_size()
+    msg = str(info.value)
+    assert "/get_world_size" in msg and "HTTP 404" in msg and "refused the request" in msg
 
 
 def test_explicit_caller_timeout_wins(fake, make_client):

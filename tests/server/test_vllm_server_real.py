@@ -111,7 +111,7 @@ def make_trainer(server, tmp_path, weight_sync: str, steps: int, lr: float, peft
 def record_syncs(trainer) -> list[dict]:
     """After every sync: the server's and the trainer's probe log-probs, and the sync's metrics."""
     generation = trainer.vllm_generation
-    log_metrics = generation.on_sync
+    log_metrics = trainer.sync_observer.on_metrics
     records = []
 
     def on_sync(metrics):
@@ -120,7 +120,7 @@ def record_syncs(trainer) -> list[dict]:
                         "trainer": trainer_logprobs(trainer.accelerator.unwrap_model(trainer.model)),
                         "metrics": dict(metrics)})
 
-    generation.on_sync = on_sync
+    trainer.sync_observer.on_metrics = on_sync
     return records
 
 
@@ -154,6 +154,7 @@ def test_disk_sync_trains_and_the_server_follows(server, tmp_path):
     for entry in logs:  # tokens sampled by the server, scored by the trainer: same weights up to bf16
         assert entry["sampling/sampling_logp_difference/max"] < 0.1
         assert entry["weight_sync/megabytes"] > 0
+        assert entry["timing_s/weight_sync"] >= entry["weight_sync/seconds"] > 0  # the sync, timed around it
     folder = Path(trainer.args.weight_sync_dir)
     assert sorted(p.name for p in folder.iterdir()) == ["v000003"]  # older versions pruned
     sizes = [r["metrics"]["weight_sync/megabytes"] for r in records]
@@ -177,9 +178,10 @@ def test_lora_sync_hot_swaps_the_adapter(server, tmp_path):
     errors = check_syncs(records, expected=3)
     # the adapter is a small file, and the base weights on the server are untouched
     assert all(r["metrics"]["weight_sync/megabytes"] < 1 for r in records)
-    client.model = server["model"]
+    client.serve_adapter(None)  # back to the base model the server serves
+    assert client.model == server["model"]
     assert float((server_logprobs(client) - base_before).abs().max()) == 0.0
-    client.model = "policy"
+    client.serve_adapter("policy")
     last = records[-1]
     assert float((last["server"] - base_before).abs().mean()) > 10 * TOL
     print(f"\nlora sync: errors {[round(e, 4) for e in errors]}, seconds "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from transformers import TrainerCallback
 
@@ -41,15 +41,6 @@ class PhaseTimer:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - start
-
-    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` with every call timed as ``name``."""
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            with self.phase(name):
-                return fn(*args, **kwargs)
-
-        return timed
 
     def optimizer_started(self) -> None:
         """Mark the start of ``optimizer.step`` (transformers' pre-optimizer hook)."""

@@ -33,6 +33,7 @@ and adds its delay; DNS resolution is not under the connect timeout; the NCCL we
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -41,10 +42,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 import requests
+from requests.adapters import HTTPAdapter
 from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import RequestHistory, Retry
 
-from trainer import trl_contact
 from trainer.config.redaction import redact_url
 
 logger = logging.getLogger("trainer.server.client")
@@ -111,10 +112,14 @@ class NoResendAfterReadTimeout(Retry):
                                  _stacktrace=_stacktrace)
 
 
-def describe_request(method: str, url: str, kwargs: dict) -> str:
-    """``POST /v1/completions (128 prompts x n=8, max_tokens 8192)``: the endpoint and, for a generation, its size."""
+def describe_request(method: str, url: str, body: Any = None) -> str:
+    """``POST /v1/completions (128 prompts x n=8, max_tokens 8192)``: the endpoint and, for a generation (a JSON
+    ``body``, as sent), its size."""
     what = f"{method} {urlparse(url).path or '/'}"
-    payload = kwargs.get("json")
+    try:
+        payload = json.loads(body) if body else None
+    except (TypeError, ValueError):
+        payload = None
     if isinstance(payload, dict) and isinstance(payload.get("prompt"), list):
         what += (f" ({len(payload['prompt'])} prompts x n={payload.get('n', 1)}, "
                  f"max_tokens {payload.get('max_tokens')})")
@@ -214,7 +219,7 @@ def wait_for_server(base_url: str, total_timeout: float, retry_interval: float =
 
 @dataclass
 class _Hardening:
-    """Settings read by the wrappers at call time, so a second harden_client call updates them in place."""
+    """Settings read by :class:`HardenedAdapter` at call time, so a second harden_client call updates them."""
     connect_timeout: float
     read_timeout: float
     retry: Retry | int | None
@@ -230,76 +235,103 @@ class _Hardening:
                 f"{self.connect_timeout}s / read {self.read_timeout}s per attempt, worst case {self.budget():.0f}s")
 
 
-def harden_client(client, request_timeout: float, retries: Retry | None = None,
+# Paths whose 404 TRL 1.16 turns into an explanation of its own (trl==1.16.0:trl/generation/vllm_client.py:311,358:
+# "restart it with VLLM_SERVER_DEV_MODE=1", "--enable-scale-out"): passed through for TRL to explain.
+TRL_EXPLAINED_404 = ("/server_info", "/v1/chat/completions/render")
+
+
+class HardenedAdapter(HTTPAdapter):
+    """requests' transport adapter with a default timeout and errors that name the server.
+
+    Mounted on TRL's ``VLLMClient.session`` with ``Session.mount`` (requests' public API for a transport), in place
+    of the plain adapter TRL mounts, so every request of the client goes through :meth:`send`: ``_get``, ``_post``
+    and TRL's direct session calls alike. No method of TRL's client is replaced."""
+
+    def __init__(self, settings: _Hardening, pool_maxsize: int):
+        super().__init__(pool_maxsize=pool_maxsize, max_retries=settings.retry)
+        self.settings = settings
+
+    def configure(self, settings: _Hardening) -> None:
+        """Take new settings (timeouts and retry policy) for the next requests."""
+        self.settings = settings
+        self.max_retries = settings.retry
+
+    def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):
+        """Send with ``(connect, read)`` timeouts unless the caller gave one; a requests failure (after urllib3's
+        retries) or a non-200 answer raises :class:`GenerationServerError` naming the request."""
+        settings = self.settings
+        if timeout is None:
+            timeout = (settings.connect_timeout, settings.read_timeout)
+        method, url = request.method or "GET", request.url or ""
+        start = time.monotonic()
+        try:
+            response = super().send(request, stream=stream, timeout=timeout, verify=verify, cert=cert,
+                                    proxies=proxies)
+        except requests.ReadTimeout as exc:
+            if method.upper() != "POST":
+                raise self._spent(method, url, start, exc) from exc
+            # Not re-sent (NoResendAfterReadTimeout): one timeout, one error, naming the knob to raise.
+            read = timeout[1] if isinstance(timeout, tuple) else timeout
+            raise GenerationServerError(url, (
+                f"{describe_request(method, url, request.body)} got no answer: waited "
+                f"{time.monotonic() - start:.1f}s (read timeout {read}s; vllm_request_timeout="
+                f"{settings.read_timeout:g}s); not re-sent, the server may still be working on it"),
+                READ_TIMEOUT_HINT) from exc
+        except requests.RequestException as exc:
+            raise self._spent(method, url, start, exc) from exc
+        status = response.status_code
+        if status != 200 and not (status == 404 and urlparse(url).path.endswith(TRL_EXPLAINED_404)):
+            # A 4xx is the server refusing this request (not retried by urllib3): point at the request.
+            hint = REJECTED_HINT if 400 <= status < 500 else FIX_HINT
+            raise GenerationServerError(url, (
+                f"{method} answered HTTP {status} after {time.monotonic() - start:.1f}s ({settings.describe()}); "
+                f"body: {response.text[:300]!r}"), hint)
+        return response
+
+    def _spent(self, method: str, url: str, start: float, exc: Exception) -> GenerationServerError:
+        # Reached after urllib3 spent its retries (or on an error it does not retry).
+        return GenerationServerError(url, (
+            f"{method} failed after {time.monotonic() - start:.1f}s ({self.settings.describe()}); last error: "
+            f"{type(exc).__name__}: {exc}"))
+
+
+def hardening_of(client: Any) -> _Hardening | None:
+    """The settings :func:`harden_client` put on ``client``'s session, or None when it is not hardened."""
+    adapter = client.session.get_adapter(client.base_url)
+    return adapter.settings if isinstance(adapter, HardenedAdapter) else None
+
+
+def harden_client(client: Any, request_timeout: float, retries: Retry | None = None,
                   connect_timeout: float | None = None) -> None:
     """Bound and explain every HTTP request of an already-constructed TRL ``VLLMClient``.
 
-    * ``client.session.request`` gets ``timeout=(connect_timeout, request_timeout)`` unless the caller passes one;
+    Mounts a :class:`HardenedAdapter` for ``http://`` and ``https://`` on ``client.session``:
+
+    * every request gets ``timeout=(connect_timeout, request_timeout)`` unless the caller passes one;
       ``connect_timeout`` defaults to ``min(10, request_timeout)``. This covers ``_get``/``_post`` and TRL's direct
       ``session`` calls (``get_server_info``, ``image_features``, ``reset_prefix_cache``).
-    * ``client._get``/``client._post`` return what TRL's return (``response.json()``) on 200 and raise
-      :class:`GenerationServerError` on a requests exception (after urllib3's retries) or a non-200 status, where
-      TRL raises a bare ``Exception``; direct session calls get the same conversion for requests exceptions.
-    * ``retries``: replaces the adapter's Retry (tests use a small backoff); ``None`` keeps TRL's (6 attempts,
+    * a requests exception (after urllib3's retries) or a non-200 status raises :class:`GenerationServerError`
+      naming the server and the request, where TRL raises a bare ``Exception``; a 404 on the paths TRL explains
+      itself (:data:`TRL_EXPLAINED_404`) is passed through to TRL's message.
+    * ``retries``: replaces the Retry (tests use a small backoff); ``None`` keeps the one TRL mounted (6 attempts,
       60 s of backoff), so one request is bounded by ``request_budget`` (600 s -> 3720 s, 60 s -> 480 s).
       Either way the policy becomes :class:`NoResendAfterReadTimeout`: a POST that timed out is not re-sent, it
       raises one :class:`GenerationServerError` naming the request, the seconds waited and ``vllm_request_timeout``.
       ``request_timeout`` must still exceed the slowest legitimate generation (the preflight estimates it).
 
-    Idempotent: a second call updates the settings without wrapping again.
+    Idempotent: a second call updates the settings of the adapter already mounted.
     """
     session = client.session
-    adapters = {id(a): a for a in session.adapters.values()}.values()  # TRL mounts one adapter twice
-    for adapter in adapters:
-        chosen = retries if retries is not None else adapter.max_retries
-        adapter.max_retries = NoResendAfterReadTimeout.like(chosen) if isinstance(chosen, Retry) else chosen
-    retry = next(iter(adapters)).max_retries if adapters else None
+    current = session.get_adapter(client.base_url)
+    chosen = retries if retries is not None else current.max_retries
+    retry = NoResendAfterReadTimeout.like(chosen) if isinstance(chosen, Retry) else chosen
     connect = min(DEFAULT_CONNECT_TIMEOUT, request_timeout) if connect_timeout is None else connect_timeout
     settings = _Hardening(connect, request_timeout, retry)
-    existing = trl_contact.client_hardening(client)
-    if existing is not None:
-        existing.__dict__.update(settings.__dict__)
+    if isinstance(current, HardenedAdapter):
+        current.configure(settings)
         return
-    raw_request = session.request
-
-    def request(method, url, *args, **kwargs):
-        # timeout is Session.request's 8th parameter; only fill it when the caller gave none.
-        if len(args) < 7 and kwargs.get("timeout") is None:
-            kwargs["timeout"] = (settings.connect_timeout, settings.read_timeout)
-        start = time.monotonic()
-        try:
-            return raw_request(method, url, *args, **kwargs)
-        except requests.ReadTimeout as exc:
-            if method.upper() != "POST":
-                raise _spent(method, url, start, exc) from exc
-            # Not re-sent (NoResendAfterReadTimeout): one timeout, one error, naming the knob to raise.
-            timeout = kwargs.get("timeout")
-            read = timeout[1] if isinstance(timeout, tuple) else timeout
-            raise GenerationServerError(url, (
-                f"{describe_request(method, url, kwargs)} got no answer: waited {time.monotonic() - start:.1f}s "
-                f"(read timeout {read}s; vllm_request_timeout={settings.read_timeout:g}s); not re-sent, the server "
-                "may still be working on it"), READ_TIMEOUT_HINT) from exc
-        except requests.RequestException as exc:
-            raise _spent(method, url, start, exc) from exc
-
-    def _spent(method, url, start, exc) -> GenerationServerError:
-        # Reached after urllib3 spent its retries (or on an error it does not retry).
-        return GenerationServerError(url, (
-            f"{method} failed after {time.monotonic() - start:.1f}s ({settings.describe()}); last error: "
-            f"{type(exc).__name__}: {exc}"))
-
-    def checked(method):
-        def call(url: str, **kwargs) -> dict:
-            start = time.monotonic()
-            response = getattr(session, method.lower())(url, **kwargs)  # as TRL does; goes through request()
-            if response.status_code != 200:
-                # A 4xx is the server refusing this request (not retried by urllib3): point at the request.
-                hint = REJECTED_HINT if 400 <= response.status_code < 500 else FIX_HINT
-                raise GenerationServerError(url, (
-                    f"{method} answered HTTP {response.status_code} after {time.monotonic() - start:.1f}s "
-                    f"({settings.describe()}); body: {response.text[:300]!r}"), hint)
-            return response.json()
-        return call
-
-    session.request = request  # instance attribute: Session.get/post call self.request
-    trl_contact.patch_client(client, settings, checked("GET"), checked("POST"))
+    # TRL's adapter keeps a pool as large as its generation concurrency (connections reused across batches).
+    pool_maxsize = current.poolmanager.connection_pool_kw.get("maxsize", 10)
+    adapter = HardenedAdapter(settings, pool_maxsize=pool_maxsize)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)

@@ -1,33 +1,53 @@
-"""TRL's vLLM server-mode generation with a weight sync that needs no NCCL (``weight_sync: disk | lora``).
+"""winnow's subclass of TRL's vLLM generation backend: weight syncs timed and logged, and in server mode with
+``weight_sync: disk | lora`` a sync that needs no NCCL.
 
-:class:`ServerGeneration` is TRL's ``VLLMGeneration`` with two methods replaced: ``_init_vllm`` (bounded wait for the
-server, hardened client, no NCCL communicator, the sync's checks run on every rank) and ``sync_weights`` (the
-configured server/weight_sync.py sync instead of the NCCL broadcast). TRL calls both from the places it always does,
-so generation, the multi-turn rollout and the sync points are TRL's own.
+:func:`generation_backend_class` builds it. Every mode times ``sync_weights`` (``timing_s/weight_sync``) through the
+:class:`SyncObserver` it is given. With ``disk``/``lora`` it also replaces ``_init_vllm`` (bounded wait for the server,
+hardened client, no NCCL communicator, the sync's checks run on every rank) and ``sync_weights`` (the configured
+server/weight_sync.py sync instead of the NCCL broadcast). TRL calls both from the places it always does, so
+generation, the multi-turn rollout and the sync points are TRL's own.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Callable
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager
 
 from accelerate.utils import broadcast_object_list
-from trl.generation.vllm_client import VLLMClient
 from trl.generation.vllm_generation import VLLMGeneration
 
 from trainer import trl_contact
 from trainer.config.core import ConfigError
 from trainer.server.client import GenerationServerError, harden_client, wait_for_server
-from trainer.server.weight_sync import SYNCS, http_only_client, lora_problems
+from trainer.server.weight_sync import SYNCS, ServerClient, http_only_client, lora_problems
 
 
-def server_generation_class(args: Any, kind: str) -> type:
-    """A ``VLLMGeneration`` subclass bound to ``args`` that syncs with ``kind`` (``disk`` or ``lora``)."""
+@dataclass
+class SyncObserver:
+    """What the trainer hears of each weight sync: ``timed()`` wraps it (a context manager, the phase timer's
+    ``weight_sync``), ``on_metrics`` receives a disk/lora sync's timings and size."""
 
-    class ServerGeneration(VLLMGeneration):
+    timed: Callable[[], ContextManager[Any]] = nullcontext
+    on_metrics: Callable[[dict[str, float]], None] | None = None
+
+
+def generation_backend_class(args: Any, kind: str | None, observer: SyncObserver) -> type:
+    """A ``VLLMGeneration`` subclass bound to ``args`` whose syncs ``observer`` hears; with ``kind`` ``disk`` or
+    ``lora`` it syncs through :data:`trainer.server.weight_sync.SYNCS` ``[kind]``, with None through TRL's own."""
+
+    class TimedGeneration(VLLMGeneration):
+        """TRL's ``VLLMGeneration``, its weight sync timed (TRL's has no timing hook)."""
+
+        def sync_weights(self) -> None:
+            with observer.timed():
+                super().sync_weights()
+
+    if kind is None:
+        return TimedGeneration
+
+    class ServerGeneration(TimedGeneration):
         """``VLLMGeneration`` whose server-mode weight sync is :data:`trainer.server.weight_sync.SYNCS` ``[kind]``."""
-
-        on_sync: Callable[[dict[str, float]], None] | None = None  # set by the trainer: logs the sync's metrics
 
         def _init_vllm(self) -> None:
             if self.mode != "server":
@@ -39,8 +59,8 @@ def server_generation_class(args: Any, kind: str) -> type:
                 try:
                     wait_for_server(self.base_url, total_timeout=self.server_timeout)
                     with http_only_client():
-                        self.vllm_client = VLLMClient(base_url=self.base_url, group_port=self.group_port,
-                                                      connection_timeout=self.server_timeout)
+                        self.vllm_client = ServerClient(base_url=self.base_url, group_port=self.group_port,
+                                                        connection_timeout=self.server_timeout)
                     harden_client(self.vllm_client, args.vllm_request_timeout)
                     info = self.vllm_client.get_server_info()
                 except Exception as exc:  # re-raised by raise_on_every_rank, after the other ranks learned of it
@@ -54,14 +74,18 @@ def server_generation_class(args: Any, kind: str) -> type:
             self.weight_sync = SYNCS[kind](self, self.base_url, args, info)
 
         def sync_weights(self) -> None:
+            if self.mode != "server":
+                return super().sync_weights()
             failure, metrics = None, {}
-            try:
-                metrics = self.weight_sync.sync()
-            except Exception as exc:  # shared: the other ranks would otherwise wait in the next collective
-                failure = exc
-            raise_on_every_rank(self.accelerator, failure, self.base_url, "the main process's weight sync failed")
-            if metrics and self.on_sync is not None:
-                self.on_sync(metrics)
+            with observer.timed():
+                try:
+                    metrics = self.weight_sync.sync()
+                except Exception as exc:  # shared: the other ranks would otherwise wait in the next collective
+                    failure = exc
+                raise_on_every_rank(self.accelerator, failure, self.base_url,
+                                    "the main process's weight sync failed")
+            if metrics and observer.on_metrics is not None:
+                observer.on_metrics(metrics)
 
     return ServerGeneration
 
@@ -82,11 +106,11 @@ def raise_on_every_rank(accelerator: Any, failure: BaseException | None, base_ur
 
 
 @contextmanager
-def generation_class(args: Any, kind: str):
-    """Make ``GRPOTrainer.__init__`` build :func:`server_generation_class` instead of TRL's ``VLLMGeneration``.
+def generation_class(args: Any, kind: str | None, observer: SyncObserver):
+    """Make ``GRPOTrainer.__init__`` build :func:`generation_backend_class` instead of TRL's ``VLLMGeneration``.
 
     Why a swap of the module attribute: TRL constructs the generation backend inside ``GRPOTrainer.__init__`` by the
     name it imported, with no factory argument, and the NCCL communicator it opens there cannot exist on a CPU. The
     swap lasts for the constructor only."""
-    with trl_contact.generation_class(server_generation_class(args, kind)):
+    with trl_contact.generation_class(generation_backend_class(args, kind, observer)):
         yield

@@ -251,7 +251,7 @@ class LoraSync(VersionedSync):
         metrics = self.load(staging, start, nbytes, "/v1/load_lora_adapter",
                             lambda path: {"lora_name": self.name, "lora_path": path, "load_inplace": True},
                             f"load_lora_adapter {self.name!r}")
-        self.generation.vllm_client.model = self.name  # every later request samples from the adapter
+        self.generation.vllm_client.serve_adapter(self.name)  # every later request samples from it
         return metrics
 
 
@@ -281,6 +281,31 @@ def lora_problems(model: Any, server_info: dict | None) -> list[str]:
             problems.append(f"the adapter's rank r={config.r} exceeds the server's --max-lora-rank "
                             f"{lora.get('max_lora_rank')}: restart it with --lora-rank {config.r}")
     return problems
+
+
+class ServerClient(client_module.VLLMClient):
+    """TRL's ``VLLMClient``, whose requests can name a LoRA adapter the server has loaded instead of the base model.
+
+    Why a subclass: TRL's client puts ``self.model`` (read once from ``/v1/models`` in ``__init__``) into every
+    generation request and has no argument for another name; here ``model`` is a property whose value
+    :meth:`serve_adapter` switches, so no attribute of a TRL object is rewritten."""
+
+    _base_model: str = ""
+    _adapter: str | None = None
+
+    @property
+    def model(self) -> str:
+        """The name generation requests ask for: the adapter once one is served, else the server's base model."""
+        return self._adapter or self._base_model
+
+    @model.setter
+    def model(self, name: str) -> None:  # TRL's __init__ stores the served model's id here
+        self._base_model = name
+
+    def serve_adapter(self, name: str | None) -> None:
+        """Ask for the LoRA adapter ``name`` in every later request (the server has loaded it); None: the base
+        model again."""
+        self._adapter = name
 
 
 @contextmanager

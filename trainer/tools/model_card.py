@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer import trl_contact
+from huggingface_hub import ModelCard, ModelCardData
 
 # Each stage kind's value that leaves TRL's GRPO unchanged (WinnowConfig's defaults): not part of the method.
 STAGES_OFF = {"rollout_filter": "none", "rollout_dropout": "none", "advantage": "grpo", "loss_variant": "none"}
@@ -64,6 +64,19 @@ def method_text(args: Any) -> str:
     return "GRPO" + (f" with {', '.join(stages)}" if stages else " (every stage off: TRL's GRPO)")
 
 
+def name_base_model(card_path: Path, base_model: str) -> None:
+    """Name ``base_model`` (a published model's id) in a card TRL wrote without one, as TRL names a Hub model: the
+    card's ``base_model`` metadata and its "fine-tuned version of" link.
+
+    Why after TRL: TRL's ``create_model_card`` reads the base model only from the loaded config's path, which for an
+    ``offline:`` alias is a local folder (TRL then writes ``[None]``); it takes no base-model argument."""
+    card = ModelCard.load(card_path)
+    data = card.data.to_dict()
+    data["base_model"] = base_model
+    text = card.text.replace(_NO_BASE, f"[{base_model}](https://huggingface.co/{base_model})")
+    ModelCard(f"---\n{ModelCardData(**data).to_yaml()}\n---\n{text}").save(card_path)
+
+
 def create(trainer: Any, create_trl: Callable[..., None], model_name: str | None = None,
            dataset_name: str | None = None, tags: str | list[str] | None = None) -> None:
     """TRL's ``create_model_card`` (``create_trl``) with winnow's base model, tags and dataset (module doc)."""
@@ -71,14 +84,12 @@ def create(trainer: Any, create_trl: Callable[..., None], model_name: str | None
     tags = [tags] if isinstance(tags, str) else list(tags or [])
     tags += [t for t in method_tags(trainer.args) if t not in tags]  # winnow-rl: WinnowGRPOTrainer._tag_names
     dataset_name = dataset_name or facts.dataset_hub_id
-    if facts.base_model:
-        with trl_contact.model_name_or_path(trainer.model.config, facts.base_model):  # read by TRL's card only
-            create_trl(model_name=model_name, dataset_name=dataset_name, tags=tags)
-    else:
-        create_trl(model_name=model_name, dataset_name=dataset_name, tags=tags)
+    create_trl(model_name=model_name, dataset_name=dataset_name, tags=tags)
     card = Path(trainer.args.output_dir) / "README.md"
     if not trainer.is_world_process_zero() or not card.is_file():
         return
+    if _NO_BASE in card.read_text() and _HUB_ID.match(facts.base_model or "") and not os.path.isdir(facts.base_model):
+        name_base_model(card, facts.base_model)
     text = card.read_text()
     if _NO_BASE in text and facts.model_name_or_path:
         text = text.replace(_NO_BASE, f"`{facts.model_name_or_path}` (a local model)")
