@@ -318,6 +318,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 metrics["tokens/real_loss"].append(
                     float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
                 )
+        if model.training and torch.is_grad_enabled():
+            for method in self._at("train_micro_batch"):  # e.g. PPO's critic: its value loss on this micro-batch
+                method.train_micro_batch(self, inputs, call)
         call.recorder.flush(self.accelerator, trl_contact.metrics(self, "train" if self.model.training else "eval"))
         if self._numerics is not None and model.training:
             self._numerics.observe_loss(self, loss)
@@ -389,6 +392,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             super()._save_checkpoint(model, trial)
             self._record_published_best(run_dir, staged)
             generation_resume.save_batch(self, staged)  # inside a generation batch: its rest, for an exact resume
+            for method in self._at("save_checkpoint"):  # e.g. PPO's critic: weights and optimizer state
+                method.save_checkpoint(self, staged)
             state = self._stage_state()
             if state and self.args.should_save:
                 with open(os.path.join(staged, STAGE_STATE_FILE), "w") as fh:
@@ -450,6 +455,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
                     obj.load_state_dict(state[key])
         if checkpoint:  # TRL's counter and, inside a generation batch, its buffered rest (refused in train if absent)
             generation_resume.restore(self, checkpoint, STAGE_STATE_FILE)
+            for method in self._at("load_checkpoint"):
+                method.load_checkpoint(self, checkpoint)
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -470,7 +477,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         rows = slice(self.accelerator.process_index * B, (self.accelerator.process_index + 1) * B)
         for stage in self._stages:
             if stage.loss_inputs is not None:
-                for key, t in stage.loss_inputs(batch).items():
+                for key, t in stage.loss_inputs(batch, self.args).items():
                     output[key] = t[rows, :T] if t.dim() >= 2 else t[rows]
 
     def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:

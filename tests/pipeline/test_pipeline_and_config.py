@@ -105,7 +105,7 @@ def cfg(tmp_path, **kw):
     [
         (dict(rollout_filter="snrr"), "rollout_filter"),
         (dict(rollout_dropout="grpo_dropout"), "rollout_dropout"),
-        (dict(advantage="gae"), "advantage"),
+        (dict(advantage="vtrace"), "advantage"),
         (dict(loss_variant="clip_cov_typo"), "loss_variant"),
         (dict(advantage_std="sample"), "advantage_std"),
         (dict(advantage_eps=0.0), "advantage_eps"),

@@ -28,6 +28,7 @@ from trainer.methods.cov_losses.fields import CovLossFields
 from trainer.methods.dynamic_sampling.fields import DynamicSamplingFields
 from trainer.methods.grpodropout.fields import GRPODropoutFields
 from trainer.methods.low_success_stop.fields import LowSuccessStopFields
+from trainer.methods.ppo.fields import PPOFields
 from trainer.methods.reward_variance_stop.fields import RewardVarianceStopFields
 from trainer.methods.snr.fields import SNRFilterFields
 from trainer.methods.uecr.fields import TeacherFields
@@ -50,6 +51,7 @@ class WinnowConfig(  # each method's knobs beside the method (trainer/methods/<m
     DynamicSamplingFields,
     GRPODropoutFields,
     SNRFilterFields,
+    PPOFields,
     GRPOConfig,
 ):
     """GRPOConfig + the stage pipeline (filter -> dropout -> advantage) and loss variants.

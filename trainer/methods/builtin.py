@@ -9,6 +9,8 @@ from trainer.methods.cov_losses import loss as cov_losses  # noqa: F401  (regist
 from trainer.methods.dynamic_sampling import hook as dynamic_sampling_hook  # noqa: F401  (hook: dynamic_sampling)
 from trainer.methods.grpodropout import stage as grpodropout_stage  # noqa: F401  (registers rollout_dropout)
 from trainer.methods.low_success_stop import hook as low_success_stop_hook  # noqa: F401  (hook: low_success_stop)
+from trainer.methods.ppo import hook as ppo_hook  # noqa: F401  (registers hook: ppo_critic)
+from trainer.methods.ppo import stage as ppo_stage  # noqa: F401  (registers advantage: gae, input: old_values)
 from trainer.methods.reward_variance_stop import hook as reward_variance_stop_hook  # noqa: F401  (hooks:
 
 # reward_variance_stop, val_before_train)

@@ -16,6 +16,10 @@ through whichever of these methods it has:
   the lengths of TRL's metric lists before this batch);
 - ``before_pipeline(trainer, output, step)``: the unfiltered batch, before the stage pipeline;
 - ``after_decision(trainer, decision)``: after the pipeline's decision;
+- ``train_micro_batch(trainer, inputs, call)``: every training micro-batch, after the policy's loss (a second
+  model's own loss and backward: PPO's critic);
+- ``save_checkpoint(trainer, folder)`` / ``load_checkpoint(trainer, folder)``: tensors of its own in each checkpoint
+  (the staged folder while it is written; the checkpoint resumed from);
 - ``state_dict()`` / ``load_state_dict(state)``: checkpointed under the hook's key (``winnow_stage_state.json``).
 
 The trainer names no method: it runs what is registered (``WinnowGRPOTrainer.hook(key)`` returns a built object).
@@ -28,7 +32,8 @@ from typing import Any, Callable
 
 from trainer.pipeline.stages import load_builtin_methods
 
-POINTS = ("after_generation", "before_pipeline", "after_decision")
+POINTS = ("after_generation", "before_pipeline", "after_decision", "train_micro_batch", "save_checkpoint",
+          "load_checkpoint")
 
 
 @dataclass(frozen=True)

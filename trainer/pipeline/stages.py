@@ -24,7 +24,7 @@ It is a set, or a function of the config returning one when what a stage needs d
 filter needs entropies only for its entropy scores; an extra forward pass every step would be waste otherwise).
 
 A method touches only its own files: besides ``needs``, a stage may declare ``validate(args)`` (checks of its
-own config fields, raising ``ConfigError``; run when the stage is configured), ``loss_inputs(batch)`` (global
+own config fields, raising ``ConfigError``; run when the stage is configured), ``loss_inputs(batch, args)`` (global
 per-row tensors its loss variant reads from every micro-batch) and ``state(args)`` (an object with
 ``state_dict()`` / ``load_state_dict()`` saved in every checkpoint and handed to the stage as
 ``batch.stage_state[name]``). Checks of a method's config fields that hold whether or not it is selected are
@@ -85,7 +85,7 @@ class Stage:
     group_level: bool = False  # needs num_generations >= 2
     metric_prefix: str = ""
     validate: Callable[[Any], None] | None = None  # checks of its own config fields; raises ConfigError
-    loss_inputs: Callable[[RolloutBatch], dict[str, torch.Tensor]] | None = None  # global per-row loss inputs
+    loss_inputs: Callable[[RolloutBatch, Any], dict[str, torch.Tensor]] | None = None  # global per-row loss inputs
     state: Callable[[Any], Checkpointed] | None = None  # factory of its checkpointed state
 
     @property
@@ -157,7 +157,7 @@ def register_stage(
     group_level: bool = False,
     metric_prefix: str | None = None,
     validate: Callable[[Any], None] | None = None,
-    loss_inputs: Callable[[RolloutBatch], dict[str, torch.Tensor]] | None = None,
+    loss_inputs: Callable[[RolloutBatch, Any], dict[str, torch.Tensor]] | None = None,
     state: Callable[[Any], Checkpointed] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering ``fn`` as stage ``name`` of ``kind``; a name already registered for ``kind`` is an
@@ -166,8 +166,8 @@ def register_stage(
 
     ``needs`` is a set of registered input names (:func:`register_input`), or ``needs(args) -> set`` when it
     depends on the config. ``validate(args)`` checks the stage's own config fields when it is configured;
-    ``loss_inputs(batch)`` returns global (N, ...) per-row tensors that the trainer slices to each rank's rows (and
-    the batch's length T) into TRL's batch, so a loss variant finds them in every micro-batch; ``state(args)``
+    ``loss_inputs(batch, args)`` returns global (N, ...) per-row tensors that the trainer slices to each rank's rows
+    (and the batch's length T) into TRL's batch, so a loss variant finds them in every micro-batch; ``state(args)``
     builds the stage's :class:`Checkpointed` state."""
     if kind not in STAGE_KINDS:
         raise ValueError(f"unknown stage kind {kind!r}; expected one of {STAGE_KINDS}")

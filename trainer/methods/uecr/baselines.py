@@ -71,7 +71,7 @@ def atod_stage(batch: RolloutBatch, args: Any) -> StageResult:
     )
 
 
-def teacher_delta_rows(batch: RolloutBatch) -> dict[str, torch.Tensor]:
+def teacher_delta_rows(batch: RolloutBatch, args: Any) -> dict[str, torch.Tensor]:
     """``loss_inputs`` hook of naive_hybrid: its OPD term needs delta in every micro-batch."""
     return {TEACHER_DELTA_KEY: teacher_gap(batch).float()}
 

@@ -1,0 +1,116 @@
+"""The value model of PPO: a scalar head on the policy's architecture, its own AdamW, trained on the policy's
+micro-batches.
+
+As verl builds and reads it (volcengine/verl verl/workers/fsdp_workers.py, CriticWorker: the config's
+``num_labels = 1`` and ``classifier_dropout = 0.0``, ``AutoModelForTokenClassification``; verl/workers/critic/
+dp_critic.py ``_forward_micro_batch``: ``values = logits[:, -response_length - 1 : -1]``): the value of completion
+token t is the head's output at the position before it, the state the token is chosen in.
+
+Why a second module and optimizer rather than one wrapper around policy and value (TRL's PPO
+``PolicyAndValueWrapper``): TRL's GRPOTrainer builds, prepares and syncs the policy to vLLM by its own parameter names;
+a wrapper would rename every one of them. The critic is prepared by accelerate on its own (DDP across processes), has
+its own learning rate and clipping as verl's critic worker does, and steps right after the policy's optimizer step.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForTokenClassification
+
+from trainer import trl_contact
+
+
+class Critic:
+    """The value model, its optimizer and its update, for one run (built by the ``ppo_critic`` hook)."""
+
+    def __init__(self, trainer: Any):
+        args = trainer.args
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        self.path = args.critic_model_name_or_path or policy.name_or_path
+        self.args, self.accelerator = args, trainer.accelerator
+        # Seeded apart from the run's RNG stream: the head's initialisation must not move TRL's shuffles.
+        # verl's critic config: one label, no classifier dropout. transformers 5 drops config kwargs the config
+        # class does not declare, and its token-classification head then falls back to dropout 0.1: set it after.
+        config = AutoConfig.from_pretrained(self.path, num_labels=1, pad_token_id=trl_contact.pad_token_id(trainer))
+        config.update({"classifier_dropout": 0.0})
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(args.seed)
+            model = AutoModelForTokenClassification.from_pretrained(self.path, config=config, dtype=torch.float32)
+        # accelerate wraps the model (DDP across processes, the run's autocast); the optimizer stays a plain AdamW
+        # stepped here, so no gradient-accumulation or loss-scaler rule of accelerate's applies to it twice.
+        self.model = trainer.accelerator.prepare_model(model)
+        self.model.train()
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=args.critic_learning_rate,
+                                           weight_decay=args.critic_weight_decay)
+
+    def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_tokens: int) -> torch.Tensor:
+        """V per completion token (rows, completion_tokens), float32: the head at the position before each token."""
+        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+        return logits[:, -completion_tokens - 1:-1, 0].float()
+
+    @torch.no_grad()
+    def old_values(self, output: dict[str, Any], rows_per_forward: int) -> torch.Tensor:
+        """The critic's values of this rank's rows of a new generation batch, before any update (no grad), in
+        forwards of ``rows_per_forward`` rows."""
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        C = output["completion_ids"].shape[1]
+        chunks = [self.values(ids[i:i + rows_per_forward], mask[i:i + rows_per_forward], C)
+                  for i in range(0, ids.shape[0], rows_per_forward)]
+        return torch.cat(chunks) if chunks else ids.new_zeros((0, C), dtype=torch.float32)
+
+    def loss(self, trainer: Any, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, ...]]]:
+        """verl's clipped value loss on one micro-batch, aggregated as the policy's loss is (the loss type's
+        normaliser, gradient accumulation included: verl's critic takes the actor's loss_agg_mode), times
+        ``vf_coef``; and the micro-batch's value statistics as (sum over its loss tokens, token count)."""
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        mask = mask.float()
+        V = self.values(ids, attention, inputs["completion_ids"].shape[1])
+        returns, old = inputs["returns"], inputs["old_values"]
+        clipped = torch.clamp(V, old - self.args.cliprange_value, old + self.args.cliprange_value)
+        unclipped_loss, clipped_loss = (V - returns) ** 2, (clipped - returns) ** 2
+        per_token = 0.5 * torch.maximum(unclipped_loss, clipped_loss)
+        loss = trl_contact.trl_normalise(trainer, per_token, mask, inputs) * self.args.vf_coef
+        if "winnow_loss_scale" in inputs:  # compaction's row scale, as the policy loss takes it
+            loss = loss * inputs["winnow_loss_scale"]
+        larger = torch.maximum(unclipped_loss, clipped_loss)
+        tokens = mask.sum().detach()
+        stats = {"critic/vf_loss": ((0.5 * larger * mask).sum().detach(), tokens),
+                 "critic/vf_clipfrac": (((clipped_loss > unclipped_loss).float() * mask).sum(), tokens),
+                 "critic/vpred_mean": ((V.detach() * mask).sum(), tokens)}
+        return loss, stats
+
+    def step(self) -> float | None:
+        """Clip the critic's gradient (``critic_max_grad_norm``), step its optimizer and clear the gradient;
+        returns the gradient's norm before clipping (None with clipping off)."""
+        norm = None
+        if self.args.critic_max_grad_norm > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.args.critic_max_grad_norm))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def skip_step(self) -> None:
+        """The policy's step was skipped: drop the critic's gradient too, no update."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def save(self, folder: str) -> None:
+        """The critic's weights and optimizer state into ``folder`` (collective under DDP: every rank calls it)."""
+        if self.accelerator.is_main_process:
+            os.makedirs(folder, exist_ok=True)
+            self.accelerator.unwrap_model(self.model).save_pretrained(folder, safe_serialization=True)
+            torch.save(self.optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
+
+    def load(self, folder: str) -> None:
+        """Restore what :meth:`save` wrote (weights and optimizer state)."""
+        state = load_file(os.path.join(folder, "model.safetensors"), device="cpu")
+        self.accelerator.unwrap_model(self.model).load_state_dict(state)
+        self.optimizer.load_state_dict(torch.load(os.path.join(folder, "optimizer.pt"), map_location="cpu",
+                                                  weights_only=True))
