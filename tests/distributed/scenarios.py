@@ -180,6 +180,11 @@ SUITES = {
                                   reward_funcs=[reward_parity_constant_for_multiples_of(3)]), 2),
         # multi-turn environment episodes (env_mask -> tool_mask through filter and compaction)
         "env_rollout": (dict(loss_type="grpo", env_rollout=True, max_completion_length=300, learning_rate=1e-3), 2),
+        # PPO with a learned critic behind the group filter (RAGEN-2's PPO rows filter too): the critic's old values
+        # on each rank's rows, GAE over the gathered kept rows, the value loss under DDP; num_iterations 2 so the
+        # second update runs off the old values (value clipping at work, cliprange 1e-3)
+        "ppo": (dict(loss_type="dapo", advantage="gae", critic_learning_rate=1e-2, cliprange_value=1e-3,
+                     num_iterations=2), 2),
         **BUDGET_SCENARIOS,
         **BALANCED_SCENARIOS,
     },
@@ -195,6 +200,9 @@ SUITES = {
         # the teacher's and the collapse detector's scoring in token-budget chunks (forward counts kept equal)
         "budget_uecr": ({**UECR, "micro_batch_tokens": BUDGET_TOKENS}, 2),
         "budget_snr_collapse": ({**SNR_COLLAPSE, "micro_batch_tokens": BUDGET_TOKENS}, 3),
+        # PPO: the critic is a DeepSpeed engine of its own, partitioned like the policy
+        "ppo": (dict(loss_type="dapo", advantage="gae", critic_learning_rate=1e-2, cliprange_value=1e-3,
+                     num_iterations=2), 2),
     },
 }
 GLOBAL_BATCH = 16
@@ -321,6 +329,15 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         params = list(acc.unwrap_model(trainer.model).parameters())
         record["partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel) for p in params if hasattr(p, "ds_tensor")]
         record["ds_skipped_steps"] = int(trainer.deepspeed.skipped_steps)
+    if trainer.hook("ppo_critic") is not None:  # the critic's weights are part of the update too
+        critic = trainer.hook("ppo_critic").critic
+        # collective under ZeRO-3 (the engine's partitioned weights gathered), a plain state dict otherwise
+        critic_state = acc.get_state_dict(critic.model) if deepspeed else acc.unwrap_model(critic.model).state_dict()
+        if acc.is_main_process:  # (under ZeRO-3 only the main process receives the gathered weights)
+            state = {**state, **{f"critic.{k}": v for k, v in critic_state.items()}}
+        if deepspeed:
+            record["critic_partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel)
+                                            for p in critic.model.module.parameters() if hasattr(p, "ds_tensor")]
     torch.save(record, out / f"{name}.rank{rank}.pt")
     if acc.is_main_process:
         torch.save({k: v.detach().float().cpu().clone() for k, v in state.items()}, out / f"{name}.params.pt")

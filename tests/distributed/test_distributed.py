@@ -19,7 +19,7 @@ ACCELERATE = str(Path(sys.executable).with_name("accelerate"))
 DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_grpodropout", "authors_grpodropout",
                  "snr_collapse_empty_step",
                  "filter_grpo_kl_accum_masked", "rank_keeps_none", "rank_keeps_none_masked", "filter_dapo_masked",
-                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling", "uecr", "env_rollout",
+                 "clip_cov", "kl_cov", "beyond8020", "dynamic_sampling", "uecr", "env_rollout", "ppo",
                  # token-budget chunks; bnpo is left out: its normaliser counts each rank's own tokens, so 2
                  # processes differ from 1 by TRL's definition (chunked vs unchunked bnpo is checked below)
                  "tail_grpo_kl_accum", "budget_grpo_kl_accum", "tail_dr_grpo", "budget_dr_grpo", "tail_dapo",
@@ -128,6 +128,14 @@ def test_two_processes_match_one(results, name):
         logged = [h for h in out["ref"]["log_history"] if "env/actions" in h]
         assert logged and all(h["env/actions"] > 0 and h["reward_std"] > 0 for h in logged)
         assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])
+    if name == "ppo":  # the critic trained (its weights are in the compared parameters), its value clip engaged
+        params = _load(results / "reference" / "ppo.params.pt")
+        assert any(k.startswith("critic.") for k in params)
+        logged = lambda rec, key: [h[key] for h in rec["log_history"] if key in h]  # noqa: E731
+        for key in ("critic/vf_loss", "critic/vf_explained_var", "critic/vf_clipfrac"):
+            assert logged(out["ref"], key) == pytest.approx(logged(out["ranks"][0], key), abs=1e-5), key
+        assert logged(out["ref"], "critic/vf_clipfrac")[-1] > 0
+        assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])
     if name.startswith("filter"):
         # the filter really removed something on some step, so the decisions above were not trivial
         assert any(not bool(d["keep"].all()) for d in out["ref"]["decisions"])
@@ -164,6 +172,18 @@ def test_zero3_two_processes(results):
     out = _check_against_reference(results, "world2-zero3", "filter_dapo")
     for rank in out["ranks"]:
         assert rank["partitioned"] and all(rank["partitioned"]), "policy parameters must be ZeRO-3 partitioned"
+
+
+def test_ppo_critic_under_zero3(results):
+    """PPO under ZeRO-3: the critic is a DeepSpeed engine of its own, sharded over the 2 ranks like the policy, and
+    both models end where the 1-process run (DDP-free, plain AdamW) ends."""
+    out = _check_against_reference(results, "world2-zero3", "ppo")
+    for rank in out["ranks"]:
+        assert rank["partitioned"] and all(rank["partitioned"]), "policy parameters must be ZeRO-3 partitioned"
+        # every matrix is sharded; vectors under stage3_param_persistence_threshold (10 x hidden) stay whole
+        assert sum(rank["critic_partitioned"]) >= len(rank["critic_partitioned"]) // 2
+    params = _load(results / "world2-zero3" / "ppo.params.pt")
+    assert any(k.startswith("critic.") for k in params)
 
 
 def _check_teacher(out: dict, partitioned: bool) -> None:

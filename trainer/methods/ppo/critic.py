@@ -14,6 +14,7 @@ its own learning rate and clipping as verl's critic worker does, and steps right
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
@@ -40,13 +41,18 @@ class Critic:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(args.seed)
             model = AutoModelForTokenClassification.from_pretrained(self.path, config=config, dtype=torch.float32)
-        # accelerate wraps the model (DDP across processes, the run's autocast); the optimizer stays a plain AdamW
-        # stepped here, so no gradient-accumulation or loss-scaler rule of accelerate's applies to it twice.
-        self.model = trainer.accelerator.prepare_model(model)
-        self.model.train()
         self.parameters = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=args.critic_learning_rate,
-                                           weight_decay=args.critic_weight_decay)
+        optimizer = torch.optim.AdamW(self.parameters, lr=args.critic_learning_rate,
+                                      weight_decay=args.critic_weight_decay)
+        self.deepspeed = getattr(trainer.accelerator.state, "deepspeed_plugin", None) is not None
+        if self.deepspeed:
+            # an engine of its own, with the policy's ZeRO stage (sharded under ZeRO-3 like the policy)
+            self.model, self.optimizer = deepspeed_engine(model, optimizer, trainer.accelerator, args)
+        else:
+            # accelerate wraps the model (DDP across processes, the run's autocast); the optimizer stays a plain
+            # AdamW stepped here, so no gradient-accumulation or loss-scaler rule of accelerate's applies to it twice.
+            self.model, self.optimizer = trainer.accelerator.prepare_model(model), optimizer
+        self.model.train()
 
     def values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_tokens: int) -> torch.Tensor:
         """V per completion token (rows, completion_tokens), float32: the head at the position before each token."""
@@ -87,6 +93,15 @@ class Critic:
                  "critic/vpred_mean": ((V.detach() * mask).sum(), tokens)}
         return loss, stats
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward of one micro-batch's value loss (already divided by the accumulation steps). Under DeepSpeed
+        the engine also steps here: it updates only at its accumulation boundary, as it does for the policy."""
+        if self.deepspeed:
+            self.model.backward(loss, scale_wrt_gas=False)
+            self.model.step()
+        else:
+            loss.backward()
+
     def step(self) -> float | None:
         """Clip the critic's gradient (``critic_max_grad_norm``), step its optimizer and clear the gradient;
         returns the gradient's norm before clipping (None with clipping off)."""
@@ -102,7 +117,11 @@ class Critic:
         self.optimizer.zero_grad(set_to_none=True)
 
     def save(self, folder: str) -> None:
-        """The critic's weights and optimizer state into ``folder`` (collective under DDP: every rank calls it)."""
+        """The critic's weights and optimizer state into ``folder`` (collective: every rank calls it). DeepSpeed:
+        the engine's own checkpoint (each rank's shards)."""
+        if self.deepspeed:
+            self.model.save_checkpoint(folder, tag="critic")
+            return
         if self.accelerator.is_main_process:
             os.makedirs(folder, exist_ok=True)
             self.accelerator.unwrap_model(self.model).save_pretrained(folder, safe_serialization=True)
@@ -110,7 +129,38 @@ class Critic:
 
     def load(self, folder: str) -> None:
         """Restore what :meth:`save` wrote (weights and optimizer state)."""
+        if self.deepspeed:
+            self.model.load_checkpoint(folder, tag="critic", load_optimizer_states=True,
+                                       load_lr_scheduler_states=False)
+            return
         state = load_file(os.path.join(folder, "model.safetensors"), device="cpu")
         self.accelerator.unwrap_model(self.model).load_state_dict(state)
         self.optimizer.load_state_dict(torch.load(os.path.join(folder, "optimizer.pt"), map_location="cpu",
                                                   weights_only=True))
+
+
+def deepspeed_engine(model: torch.nn.Module, optimizer: torch.optim.Optimizer, accelerator: Any,
+                     args: Any) -> tuple[Any, Any]:
+    """A DeepSpeed engine for the critic from the run's DeepSpeed config, as TRL prepares its reference model
+    (trl==1.16.0:trl/models/utils.py ``prepare_deepspeed``: ZeRO-3 bucket sizes from the hidden size) but for
+    training: the critic's own AdamW, gradient clipping ``critic_max_grad_norm``, the policy's micro-batch and
+    accumulation; no optimizer / scheduler block of the policy's and no optimizer offload (a torch AdamW)."""
+    # heavy: only under DeepSpeed (TRL imports it lazily for the same reason)
+    import deepspeed  # noqa: PLC0415
+
+    config = copy.deepcopy(accelerator.state.deepspeed_plugin.deepspeed_config)
+    for key in ("optimizer", "scheduler", "train_batch_size"):
+        config.pop(key, None)
+    zero = config.setdefault("zero_optimization", {})
+    zero.pop("offload_optimizer", None)
+    hidden = getattr(model.config, "hidden_size", None)
+    if zero.get("stage") == 3 and hidden is not None:
+        zero.update(reduce_bucket_size=hidden * hidden, stage3_param_persistence_threshold=10 * hidden,
+                    stage3_prefetch_bucket_size=int(0.9 * hidden * hidden))
+    config.update(train_micro_batch_size_per_gpu=args.per_device_train_batch_size,
+                  gradient_accumulation_steps=args.gradient_accumulation_steps,
+                  gradient_clipping=float(args.critic_max_grad_norm), zero_allow_untested_optimizer=True)
+    config["bf16"] = {"enabled": bool(args.bf16)}
+    config["fp16"] = {"enabled": False}
+    engine, optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    return engine, optimizer

@@ -35,7 +35,7 @@ class CriticHook:
         """The value loss of one training micro-batch, backward into the critic's gradient; its statistics go to
         the step's logged metrics through ``call.recorder`` (reduced over processes once)."""
         loss, stats = self.critic.loss(trainer, inputs)
-        loss.backward()
+        self.critic.backward(loss)
         for key, (total, count) in stats.items():
             call.recorder.mean(key, total, count)
 
@@ -59,6 +59,8 @@ class CriticStepCallback(TrainerCallback):
         self.hook, self.trainer = hook, trainer
 
     def on_optimizer_step(self, args, state, control, **kwargs):
+        if self.hook.critic.deepspeed:  # the engine stepped itself at its accumulation boundary (Critic.backward)
+            return
         if self.trainer.accelerator.optimizer_step_was_skipped:
             self.hook.critic.skip_step()
             return

@@ -9,7 +9,6 @@ regresses on. Logged under ``critic/``: the values, returns and advantages, and 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -80,9 +79,6 @@ def check_ppo(args: Any) -> None:
     if args.fp16:
         raise ConfigError("fp16", "the critic keeps float32 weights with no loss scaler of its own",
                           "train PPO with bf16 (or float32)")
-    if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
-        raise ConfigError("advantage", "PPO's critic is not yet sharded under DeepSpeed (it would need a second "
-                          "engine); it runs under DDP or on one process", "launch PPO without a DeepSpeed config")
     if args.cliprange_value <= 0:
         raise ConfigError("cliprange_value", f"must be > 0, got {args.cliprange_value}", "verl's default is 0.5")
     if not 0 <= args.gae_gamma <= 1 or not 0 <= args.gae_lambda <= 1:
