@@ -125,6 +125,26 @@ def test_preflight_reports_every_topic(monkeypatch):
     assert lines(roomy, "memory tight") == [] and lines(roomy, "memory peak")[0][0] == "ok"
 
 
+def test_ppo_critic_is_counted(monkeypatch):
+    """advantage: gae adds the critic: its ZeRO-3 model states (18 B/param over 4 ranks, the policy's architecture
+    without an LM head: Qwen3-8B's embeddings are untied, so one 151,936 x 4096 matrix less) and a backward phase of
+    its own without the LM head's terms."""
+    shape = mem.shape_from_config(preflight.KNOWN_CONFIGS["Qwen/Qwen3-8B"])
+    launch = mem.Launch(world=4, zero_stage=3)
+    est = mem.estimate(shape, launch, rows=4, length=10240, reference=False, critic=shape)
+    P_critic = shape.params - 151936 * 4096
+    critic_states = sum(v for k, v in est["resident"].items() if k.startswith("critic "))
+    assert critic_states == pytest.approx(18 * P_critic / 4)
+    assert "critic backward" in est["phases"] and not any("LM head" in k for k in est["phases"]["critic backward"])
+    plain = mem.estimate(shape, launch, rows=4, length=10240, reference=False)
+    assert est["totals"]["policy backward"] == pytest.approx(plain["totals"]["policy backward"] + critic_states)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    rep = report(GRPO_8B, "--weight_sync", "disk", "--advantage", "gae")
+    resident = [t for _, t in lines(rep, "memory (resident)")]
+    assert any("critic fp32 master + Adam moments (shard)" in t for t in resident)
+    assert lines(rep, "memory peak")[0][0] == "FAIL"  # 8B policy + 8B critic on 4 x 80 GB does not fit: said
+
+
 def test_preflight_fails_wrong_world_size_tp_and_wandb(monkeypatch):
     for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DISABLED"):
         monkeypatch.delenv(name, raising=False)

@@ -127,3 +127,15 @@ def test_resume_restores_the_critic_exactly(tmp_path):
                  (whole.model, resumed.model)):
         for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
             assert torch.equal(p, q), name
+
+
+def test_critic_follows_gradient_checkpointing(tmp_path):
+    """With gradient_checkpointing the critic recomputes its layers too (its activations are the policy's size):
+    one step trains it, and the value loss equals the same step's without checkpointing."""
+    losses = []
+    for flag in (False, True):
+        trainer = make_trainer(tmp_path / str(flag), max_steps=1, gradient_checkpointing=flag)
+        assert trainer.hook("ppo_critic").critic.model.is_gradient_checkpointing == flag
+        trainer.train()
+        losses.append([h["critic/vf_loss"] for h in trainer.state.log_history if "critic/vf_loss" in h])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5) and len(losses[0]) == 1

@@ -39,7 +39,7 @@ names the phases whose total comes within a margin of the usable budget, with th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 GB = 1e9
 RUNTIME_OVERHEAD = 3 * GB
@@ -224,9 +224,10 @@ def budget_rows(length: int, micro_batch_tokens: int) -> float:
 
 def estimate(policy: Shape, launch: Launch, *, rows: float, length: int, reference: bool,
              teacher: Shape | None = None, teacher_rows: float = 4, teacher_chunk_tokens: int = 512,
-             micro_batch_tokens: int | None = None) -> dict:
+             micro_batch_tokens: int | None = None, critic: Shape | None = None) -> dict:
     """Per-GPU bytes: ``resident`` terms (always held), each phase's transient terms, the per-phase totals and the
-    peak phase. ``micro_batch_tokens`` replaces both row counts by :func:`budget_rows`."""
+    peak phase. ``micro_batch_tokens`` replaces both row counts by :func:`budget_rows`. ``critic``: PPO's value
+    model (trained: its own weights, gradients and Adam state, and a backward of its own; no LM head)."""
     if micro_batch_tokens is not None:
         rows = teacher_rows = budget_rows(length, micro_batch_tokens)
     resident = dict(model_states(policy, launch))
@@ -234,6 +235,9 @@ def estimate(policy: Shape, launch: Launch, *, rows: float, length: int, referen
         resident["reference model (bf16)"] = frozen_model(policy, launch)
     if teacher is not None:
         resident["teacher (bf16)"] = frozen_model(teacher, launch)
+    if critic is not None:
+        critic = replace(critic, tied=True)  # embeddings once and a scalar head: no LM head matrix
+        resident.update({f"critic {name}": value for name, value in model_states(critic, launch).items()})
     resident["CUDA context, NCCL, fragmentation"] = RUNTIME_OVERHEAD
     gathered = gathered_params(policy, launch)
     phases = {"policy backward": backward_activations(policy, rows, length, launch)}
@@ -245,6 +249,12 @@ def estimate(policy: Shape, launch: Launch, *, rows: float, length: int, referen
         phases["teacher scoring"] = teacher_scoring(teacher, teacher_rows, length, teacher_chunk_tokens, launch)
         if launch.zero_stage == 3:
             phases["teacher scoring"]["ZeRO-3 gathered teacher params"] = gathered_params(teacher, launch)
+    if critic is not None:
+        phases["critic backward"] = {name: value for name, value in backward_activations(critic, rows, length,
+                                                                                         launch).items()
+                                     if "LM head" not in name}
+        if gathered:
+            phases["critic backward"]["ZeRO-3 gathered critic params"] = gathered_params(critic, launch)
     base = sum(resident.values())
     totals = {name: base + sum(terms.values()) for name, terms in phases.items()}
     peak = max(totals, key=totals.get)

@@ -446,9 +446,14 @@ def run(argv: list[str]) -> Report:
     if args.teacher_model_name_or_path:
         teacher_config, _ = model_config(args.teacher_model_name_or_path)
         teacher = mem.shape_from_config(teacher_config) if teacher_config else None
+    critic = None
+    if args.advantage == "gae":  # PPO's value model: the policy's architecture unless critic_model_name_or_path
+        critic_config = model_config(args.critic_model_name_or_path)[0] if args.critic_model_name_or_path else config
+        critic = mem.shape_from_config(critic_config) if critic_config else shape
     est = mem.estimate(shape, launch, rows=args.per_device_train_batch_size, length=length, reference=args.beta != 0,
                        teacher=teacher, teacher_rows=args.teacher_micro_batch_size,
-                       teacher_chunk_tokens=args.teacher_chunk_tokens, micro_batch_tokens=args.micro_batch_tokens)
+                       teacher_chunk_tokens=args.teacher_chunk_tokens, micro_batch_tokens=args.micro_batch_tokens,
+                       critic=critic)
     budget = (opts.gpu_memory_gb * mem.GB if opts.gpu_memory_gb else
               torch.cuda.get_device_properties(0).total_memory if cuda_here else 80 * mem.GB)
     for name, value in est["resident"].items():

@@ -41,6 +41,9 @@ class Critic:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(args.seed)
             model = AutoModelForTokenClassification.from_pretrained(self.path, config=config, dtype=torch.float32)
+        if args.gradient_checkpointing:  # as the policy (verl's critic model.enable_gradient_checkpointing)
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs or {"use_reentrant": False})
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(self.parameters, lr=args.critic_learning_rate,
                                       weight_decay=args.critic_weight_decay)
