@@ -221,9 +221,15 @@ RAGEN_MAIN = {
 # averaged over the update's sequences (TRL's grpo); seq-mean-token-sum is TRL's dr_grpo x max_completion_length
 # (dr_grpo_token_sum).
 # Checked against verl's agg_loss by hand in tests/methods/test_ragen_aggregation.py.
+# PPO and DAPO (run_main_table_diff_algo.sh get_algo_overrides; run_main_table_diff_size.sh / _model.sh for the
+# model tables): algorithm.adv_estimator=gae, a critic from model_path (config/base.yaml critic.model.path), critic
+# lr 1e-5 (critic.optim.lr), gamma = lam = 1 (algorithm.gamma / lam); verl's critic cliprange_value 0.5, grad_clip 1.0
+RAGEN_PPO = {"advantage": "gae", "critic_model_name_or_path": None, "critic_learning_rate": 1e-5, "gae_gamma": 1.0,
+             "gae_lambda": 1.0, "cliprange_value": 0.5, "critic_max_grad_norm": 1.0}
 RAGEN_ALGOS = {
     "grpo": {"loss_type": "grpo", "dr_grpo_token_sum": False, "scale_rewards": "group"},
-    "dapo": {"loss_type": "grpo", "dr_grpo_token_sum": False, "scale_rewards": "group"},
+    "dapo": {"loss_type": "grpo", "dr_grpo_token_sum": False, **RAGEN_PPO},
+    "ppo": {"loss_type": "grpo", "dr_grpo_token_sum": False, **RAGEN_PPO},
     "drgrpo": {"loss_type": "dr_grpo", "dr_grpo_token_sum": True, "scale_rewards": "none"},
 }
 RAGEN_TASKS = {"countdown": ("countdown", ["ragen_countdown"]),  # malformed = -0.1 only (es_manager.py:224-237)
@@ -234,9 +240,9 @@ for task, (dataset, rewards) in RAGEN_TASKS.items():
         for filt, rho in (("nofilter", 1.0), ("topp0.9", 0.9)):
             row = {**RAGEN_MAIN, **algo_settings, "snr_value": rho, "dataset_name": dataset, "reward_funcs": rewards}
             RAGEN_RECIPES[f"configs/ragen/{task}-{algo}-{filt}.yaml"] = (row, "Qwen/Qwen2.5-3B")
-            if algo == "grpo":
+            if algo == "ppo":  # the model-size and model-type tables are PPO runs
                 for size in ("0.5B", "1.5B", "7B", "3B-Instruct"):
-                    rel = f"configs/ragen/variants/qwen2.5-{size.lower()}-{task}-grpo-{filt}.yaml"
+                    rel = f"configs/ragen/variants/qwen2.5-{size.lower()}-{task}-ppo-{filt}.yaml"
                     RAGEN_RECIPES[rel] = (row, f"Qwen/Qwen2.5-{size}")
 # Sokoban and FrozenLake (§4.4 "max 5 turns, 2 actions per turn, 10 per trajectory"; reference §3-5): the same
 # optimisation, the episode settings, and a completion budget that holds 5 turns of <= 400 sampled tokens.
@@ -257,9 +263,10 @@ for env, env_kwargs in RAGEN_ENVS.items():
             row = {**RAGEN_MAIN, **algo_settings, **RAGEN_EPISODE, "snr_value": rho, "dataset_name": env,
                    "env_kwargs": env_kwargs}
             RAGEN_RECIPES[f"configs/ragen/{env}-{algo}-{filt}.yaml"] = (row, "Qwen/Qwen2.5-3B")
-            if algo == "grpo":
-                RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-instruct-{env}-grpo-{filt}.yaml"] = (
+            if algo == "ppo":
+                RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-instruct-{env}-ppo-{filt}.yaml"] = (
                     row, "Qwen/Qwen2.5-3B-Instruct")
+            if algo == "grpo":
                 if env == "frozenlake":  # the slippery variant: envs.yaml CoordFrozenLake success_rate 0.8
                     RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-frozenlake-slippery0.8-grpo-{filt}.yaml"] = (
                         {**row, "env_kwargs": {**env_kwargs, "success_rate": 0.8}}, "Qwen/Qwen2.5-3B")
@@ -475,6 +482,9 @@ def resolved(path: Path, *extra: str) -> dict:
                                           "entropy_aggregation", "reward_variance_stop_steps",
                                           "reward_variance_stop_ratio", "val_before_train", "dr_grpo_token_sum",
                                           "low_success_stop_steps", "low_success_stop_threshold")},
+        **{k: getattr(args, k) for k in ("critic_model_name_or_path", "critic_learning_rate", "critic_weight_decay",
+                                          "critic_max_grad_norm", "cliprange_value", "vf_coef", "gae_gamma",
+                                          "gae_lambda")},
     }
 
 

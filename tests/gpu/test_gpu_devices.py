@@ -41,6 +41,7 @@ def _variants() -> list[dict]:
     out += [
         dict(advantage="uecr", uecr_use_entropy=False, uecr_use_projection=False, uecr_signed_gap=False, **TEACHER)
     ]
+    out += [dict(advantage="gae"), dict(advantage="gae", gae_gamma=0.9, gae_lambda=0.95)]  # PPO's critic advantage
     return out
 
 
@@ -69,7 +70,7 @@ def _batch(device_fn) -> RolloutBatch:
         mask=mask, old_logps=-torch.rand(N, T, generator=g) * 2, entropies=torch.rand(N, T, generator=g) * 3,
     )
     extras = dict(teacher_logps=-torch.rand(N, T, generator=g) * 2, teacher_entropy=torch.rand(N, T, generator=g) * 3,
-                  old_logps_t1=-torch.rand(N, T, generator=g) * 2)
+                  old_logps_t1=-torch.rand(N, T, generator=g) * 2, old_values=torch.randn(N, T, generator=g) * 0.5)
     return RolloutBatch(reward_names=["acc", "len"], G=G, **{k: device_fn(v) for k, v in tensors.items()},
                         extras={**{k: device_fn(v) for k, v in extras.items()}, "global_step": 3, "max_steps": 10})
 

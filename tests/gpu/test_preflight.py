@@ -149,7 +149,7 @@ def test_preflight_fails_wrong_world_size_tp_and_wandb(monkeypatch):
     for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DISABLED"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NETRC", "/nonexistent/netrc")
-    rep = report("configs/ragen/variants/qwen2.5-7b-countdown-grpo-topp0.9.yaml", "--num_processes", "16",
+    rep = report("configs/ragen/variants/qwen2.5-7b-countdown-ppo-topp0.9.yaml", "--num_processes", "16",
                  "--tensor_parallel_size", "8")
     assert rep.failed
     assert lines(rep, "world size")[0][0] == "FAIL"
