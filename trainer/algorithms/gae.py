@@ -88,17 +88,23 @@ def last_token_rewards(scores: torch.Tensor, response_mask: torch.Tensor) -> tor
     return rewards
 
 
-def clipped_value_loss(value_preds: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor,
-                       response_mask: torch.Tensor, cliprange_value: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """verl's ``compute_value_loss`` (token-mean): ``0.5 * mean_mask(max((V - R)^2, (clip(V, V_old - c, V_old + c)
-    - R)^2))`` and the fraction of tokens where the clipped term is the larger (``critic/vf_clipfrac``)."""
-    mask = response_mask.to(value_preds.dtype)
+def clipped_value_terms(value_preds: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor,
+                        cliprange_value: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's per-token clipped value loss before aggregation, ``0.5 * max((V - R)^2, (clip(V, V_old - c,
+    V_old + c) - R)^2)``, and where the clipped term is the larger (bool): the parts every aggregation shares."""
     clipped = torch.clamp(value_preds, old_values - cliprange_value, old_values + cliprange_value)
     unclipped_loss = (value_preds - returns) ** 2
     clipped_loss = (clipped - returns) ** 2
-    loss = 0.5 * masked_mean(torch.maximum(unclipped_loss, clipped_loss), mask)
-    clipfrac = masked_mean((clipped_loss > unclipped_loss).to(mask.dtype), mask)
-    return loss, clipfrac
+    return 0.5 * torch.maximum(unclipped_loss, clipped_loss), clipped_loss > unclipped_loss
+
+
+def clipped_value_loss(value_preds: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor,
+                       response_mask: torch.Tensor, cliprange_value: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl's ``compute_value_loss`` (token-mean): :func:`clipped_value_terms` averaged over the mask, and the
+    fraction of tokens where the clipped term is the larger (``critic/vf_clipfrac``)."""
+    mask = response_mask.to(value_preds.dtype)
+    per_token, clipped = clipped_value_terms(value_preds, returns, old_values, cliprange_value)
+    return masked_mean(per_token, mask), masked_mean(clipped.to(mask.dtype), mask)
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

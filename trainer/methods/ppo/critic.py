@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForTokenClassification
 
 from trainer import trl_contact
+from trainer.algorithms.gae import clipped_value_terms
 
 
 class Critic:
@@ -33,11 +34,11 @@ class Critic:
         policy = trainer.accelerator.unwrap_model(trainer.model)
         self.path = args.critic_model_name_or_path or policy.name_or_path
         self.args, self.accelerator = args, trainer.accelerator
-        # Seeded apart from the run's RNG stream: the head's initialisation must not move TRL's shuffles.
         # verl's critic config: one label, no classifier dropout. transformers 5 drops config kwargs the config
         # class does not declare, and its token-classification head then falls back to dropout 0.1: set it after.
         config = AutoConfig.from_pretrained(self.path, num_labels=1, pad_token_id=trl_contact.pad_token_id(trainer))
         config.update({"classifier_dropout": 0.0})
+        # Seeded apart from the run's RNG stream: the head's initialisation must not move TRL's shuffles.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(args.seed)
             model = AutoModelForTokenClassification.from_pretrained(self.path, config=config, dtype=torch.float32)
@@ -82,17 +83,13 @@ class Critic:
         mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
         mask = mask.float()
         V = self.values(ids, attention, inputs["completion_ids"].shape[1])
-        returns, old = inputs["returns"], inputs["old_values"]
-        clipped = torch.clamp(V, old - self.args.cliprange_value, old + self.args.cliprange_value)
-        unclipped_loss, clipped_loss = (V - returns) ** 2, (clipped - returns) ** 2
-        per_token = 0.5 * torch.maximum(unclipped_loss, clipped_loss)
+        per_token, clipped = clipped_value_terms(V, inputs["returns"], inputs["old_values"], self.args.cliprange_value)
         loss = trl_contact.trl_normalise(trainer, per_token, mask, inputs) * self.args.vf_coef
         if "winnow_loss_scale" in inputs:  # compaction's row scale, as the policy loss takes it
             loss = loss * inputs["winnow_loss_scale"]
-        larger = torch.maximum(unclipped_loss, clipped_loss)
         tokens = mask.sum().detach()
-        stats = {"critic/vf_loss": ((0.5 * larger * mask).sum().detach(), tokens),
-                 "critic/vf_clipfrac": (((clipped_loss > unclipped_loss).float() * mask).sum(), tokens),
+        stats = {"critic/vf_loss": ((per_token.detach() * mask).sum(), tokens),
+                 "critic/vf_clipfrac": ((clipped.float() * mask).sum(), tokens),
                  "critic/vpred_mean": ((V.detach() * mask).sum(), tokens)}
         return loss, stats
 

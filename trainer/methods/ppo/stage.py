@@ -32,33 +32,29 @@ def old_values_input(trainer: Any, output: dict[str, Any], needs: frozenset[str]
 register_input("old_values", old_values_input, phase="critic_values")
 
 
-def _returns_and_advantages(batch: RolloutBatch, args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(advantages, returns, mask): GAE over the kept rollouts' loss tokens, float32."""
-    mask = batch.mask.float()  # the estimator sees the kept groups only (stages.run_pipeline)
+def _gae(batch: RolloutBatch, args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(advantages, returns, values, mask) over ``batch``'s loss tokens, float32, zero outside the mask: each
+    rollout's total reward on its last loss token (an unscored one earns nothing), verl's GAE from the old values."""
+    mask = batch.mask.float()
     values = batch.extras["old_values"][:, : mask.shape[1]].float() * mask
-    scores = torch.nan_to_num(batch.R.float(), nan=0.0)  # an unscored rollout earns nothing
-    token_rewards = last_token_rewards(scores, mask)
-    advantages, returns = gae_advantages(token_rewards, values, mask, args.gae_gamma, args.gae_lambda)
-    return advantages * mask, returns * mask, mask
+    rewards = last_token_rewards(torch.nan_to_num(batch.R.float(), nan=0.0), mask)
+    advantages, returns = gae_advantages(rewards, values, mask, args.gae_gamma, args.gae_lambda)
+    return advantages * mask, returns * mask, values, mask
 
 
 def _loss_inputs(batch: RolloutBatch, args: Any) -> dict[str, torch.Tensor]:
     """The critic's per-token targets for every micro-batch: the old values and the returns. Returns are computed
     on the whole batch: GAE's recursion runs within a row, so a row's returns do not depend on which rows are kept
     (only the advantages' whitening does)."""
-    mask = batch.mask.float()
-    values = batch.extras["old_values"][:, : mask.shape[1]].float() * mask
-    rewards = last_token_rewards(torch.nan_to_num(batch.R.float(), nan=0.0), mask)
-    _, returns = gae_advantages(rewards, values, mask, args.gae_gamma, args.gae_lambda)
-    return {"old_values": values, "returns": returns * mask}
+    _, returns, values, _ = _gae(batch, args)
+    return {"old_values": values, "returns": returns}
 
 
 @register_stage("advantage", "gae", needs=frozenset({"old_values"}), metric_prefix="critic",
                 loss_inputs=_loss_inputs)
 def gae_stage(batch: RolloutBatch, args: Any) -> StageResult:
     """Per-token GAE advantages (whitened over the kept loss tokens) from the critic's old values."""
-    advantages, returns, mask = _returns_and_advantages(batch, args)
-    values = batch.extras["old_values"][:, : mask.shape[1]].float()
+    advantages, returns, values, mask = _gae(batch, args)  # the estimator sees the kept groups only
     metrics = {}
     if mask.sum() > 1:
         metrics = {"values_mean": float(masked_mean(values, mask)), "returns_mean": float(masked_mean(returns, mask)),
