@@ -1,8 +1,8 @@
 """The processes the distributed tests start, and the one-process reference they are compared with.
 
-The reference (``scenarios.py --suite ddp --reference``: every DDP scenario on one process, ~3 minutes on 2 cores) is
-the same for every run of the same code, so it is built once per state of the sources and kept in pytest's cache
-(``.pytest_cache/d/distributed-reference/<key>``). ``make test`` builds it in its parallel part
+The reference (``scenarios.py --suite ddp --reference``: every scenario of every suite on one process, ~3 minutes on
+2 cores) is the same for every run of the same code, so it is built once per state of the sources and kept in
+pytest's cache (``.pytest_cache/d/distributed-reference/<key>``). ``make test`` builds it in its parallel part
 (tests/distributed/test_one_process_reference.py, one worker, one core) while the 2-process launches wait for the
 serial part, where they have both cores; tests/distributed/test_distributed.py builds it itself when it runs alone.
 The key hashes every file that can change what the reference trains -- the package sources, the tests' harness and

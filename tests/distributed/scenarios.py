@@ -6,7 +6,7 @@ One launch runs several scenarios back to back (each launch costs ~15 s of start
         --out DIR --suite ddp
     accelerate launch --config_file launch/accelerate/zero3_cpu_2.yaml tests/distributed/scenarios.py \
         --out DIR --suite zero3
-    python tests/distributed/scenarios.py --out DIR --suite ddp --reference   # 1 process, same global batch
+    python tests/distributed/scenarios.py --out DIR --suite ddp --reference   # 1 process: every suite's scenarios
 
 Results land in DIR/world2, DIR/world2-zero3 and DIR/reference.
 
@@ -140,7 +140,12 @@ def teacher_path() -> str:
     from trainer.tools.assets import make_tiny_qwen3
 
     return str(make_tiny_qwen3(seed=7, hidden_size=32, intermediate_size=64))
-
+# PPO composed with RAGEN-2's filter chain: the SNR filter and collapse checks, step 2 empty (the critic skips with
+# the policy: under ZeRO-3 its own engine through the ZeRO overflow path) and token-budget chunks on long-tailed rows
+# (the critic runs the policy's chunks, filler forwards included).
+PPO_COLLAPSE_BUDGET = {**SNR_COLLAPSE, "loss_type": "dapo", "advantage": "gae", "critic_learning_rate": 1e-2,
+                       "long_tail": True, "max_completion_length": TAIL_LENGTH, "micro_batch_tokens": BUDGET_TOKENS,
+                       "balance_rank_tokens": False}
 
 # name -> (WinnowConfig overrides, optimizer steps). Global batch: 16 rollouts = 4 prompt groups of 4.
 SUITES = {
@@ -200,11 +205,15 @@ SUITES = {
         # the teacher's and the collapse detector's scoring in token-budget chunks (forward counts kept equal)
         "budget_uecr": ({**UECR, "micro_batch_tokens": BUDGET_TOKENS}, 2),
         "budget_snr_collapse": ({**SNR_COLLAPSE, "micro_batch_tokens": BUDGET_TOKENS}, 3),
-        # PPO: the critic is a DeepSpeed engine of its own, partitioned like the policy
-        "ppo": (dict(loss_type="dapo", advantage="gae", critic_learning_rate=1e-2, cliprange_value=1e-3,
-                     num_iterations=2), 2),
+        # PPO: the critic is a DeepSpeed engine of its own, partitioned like the policy (value clipping at work in
+        # the ddp suite's "ppo"; here the SNR filter, collapse checks, an empty step and token-budget chunks)
+        "ppo_collapse_budget": (PPO_COLLAPSE_BUDGET, 3),
+        # resume under ZeRO-3: both engines' shards (policy and critic, weights and optimizer) from the checkpoint
+        "ppo_resume": (dict(loss_type="dapo", advantage="gae", critic_learning_rate=1e-2, resume_check=True), 2),
     },
 }
+# The one-process reference runs every scenario of every suite once (a name means the same scenario in each suite).
+REFERENCE = {name: scenario for suite in SUITES.values() for name, scenario in suite.items()}
 GLOBAL_BATCH = 16
 
 
@@ -252,28 +261,24 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         rollout_func = long_tail_rollout_func
     if overrides.pop("env_rollout", False):  # Sokoban episodes through the multi-turn rollout, deterministic policy
         train_dataset, rollout_func, reward_funcs = sokoban_rollout()
+    resume_check = overrides.pop("resume_check", False)  # a checkpoint at step 1, and a second run resumed from it
+    if resume_check:
+        overrides.update(save_strategy="steps", save_steps=1)
     cpu_args = dict(use_cpu=False, ddp_backend="gloo") if deepspeed else {}
-    args = WinnowConfig(
-        output_dir=str(out / f"{name}-run"),
-        **{
-            **BASE_ARGS,
-            **cpu_args,
-            "rollout_filter": "test_above_median_std",
-            "per_device_train_batch_size": GLOBAL_BATCH // (world * accum),
-            "gradient_accumulation_steps": accum,
-            "max_steps": steps,
-            "learning_rate": 1e-2,
-            **overrides,
-        },
-    )
-    trainer = WinnowGRPOTrainer(
-        model=tiny_model_path(),
-        processing_class=policy_tokenizer(),
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=train_dataset,
-        rollout_func=rollout_func,
-    )
+    config = {
+        **BASE_ARGS,
+        **cpu_args,
+        "rollout_filter": "test_above_median_std",
+        "per_device_train_batch_size": GLOBAL_BATCH // (world * accum),
+        "gradient_accumulation_steps": accum,
+        "max_steps": steps,
+        "learning_rate": 1e-2,
+        **overrides,
+    }
+    args = WinnowConfig(output_dir=str(out / f"{name}-run"), **config)
+    build = functools.partial(WinnowGRPOTrainer, model=tiny_model_path(), processing_class=policy_tokenizer(),
+                              reward_funcs=reward_funcs, train_dataset=train_dataset, rollout_func=rollout_func)
+    trainer = build(args=args)
     teacher_calls: list[int] = []  # (local completion width) per teacher forward on this rank
     if trainer.hook("teacher") is not None:
         from trainer.methods.uecr.teacher import _core
@@ -297,8 +302,7 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     trainer.train()
     acc = trainer.accelerator
     rank = acc.process_index
-    model = trainer.deepspeed if deepspeed else trainer.model_wrapped
-    state = acc.get_state_dict(model)  # collective under ZeRO-3: gathers the partitioned weights
+    state = trained_state(trainer, deepspeed)
     record = {
         "decisions": DECISIONS,
         "selections": SELECTIONS,
@@ -329,12 +333,10 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         params = list(acc.unwrap_model(trainer.model).parameters())
         record["partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel) for p in params if hasattr(p, "ds_tensor")]
         record["ds_skipped_steps"] = int(trainer.deepspeed.skipped_steps)
-    if trainer.hook("ppo_critic") is not None:  # the critic's weights are part of the update too
+        if trainer.hook("ppo_critic") is not None:
+            record["critic_skipped_steps"] = int(trainer.hook("ppo_critic").critic.model.skipped_steps)
+    if trainer.hook("ppo_critic") is not None:
         critic = trainer.hook("ppo_critic").critic
-        # collective under ZeRO-3 (the engine's partitioned weights gathered), a plain state dict otherwise
-        critic_state = acc.get_state_dict(critic.model) if deepspeed else acc.unwrap_model(critic.model).state_dict()
-        if acc.is_main_process:  # (under ZeRO-3 only the main process receives the gathered weights)
-            state = {**state, **{f"critic.{k}": v for k, v in critic_state.items()}}
         if deepspeed:
             record["critic_partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel)
                                             for p in critic.model.module.parameters() if hasattr(p, "ds_tensor")]
@@ -342,6 +344,27 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
     if acc.is_main_process:
         torch.save({k: v.detach().float().cpu().clone() for k, v in state.items()}, out / f"{name}.params.pt")
     acc.wait_for_everyone()
+    if resume_check:  # the same run resumed from its step-1 checkpoint (under ZeRO-3 each rank's shards)
+        resumed = build(args=WinnowConfig(output_dir=str(out / f"{name}-resumed"), **config))
+        resumed.train(resume_from_checkpoint=str(out / f"{name}-run" / "checkpoint-1"))
+        state = trained_state(resumed, deepspeed)
+        if acc.is_main_process:
+            torch.save({k: v.detach().float().cpu().clone() for k, v in state.items()},
+                       out / f"{name}.resumed.params.pt")
+        acc.wait_for_everyone()
+
+
+def trained_state(trainer, deepspeed: bool) -> dict:
+    """The policy's weights and, in a PPO run, the critic's (``critic.*``); collective under ZeRO-3 (the partitioned
+    weights gathered), complete on the main process only."""
+    acc = trainer.accelerator
+    state = acc.get_state_dict(trainer.deepspeed if deepspeed else trainer.model_wrapped)
+    if trainer.hook("ppo_critic") is not None:  # the critic's weights are part of the update too
+        critic = trainer.hook("ppo_critic").critic
+        critic_state = acc.get_state_dict(critic.model) if deepspeed else acc.unwrap_model(critic.model).state_dict()
+        if acc.is_main_process:
+            state = {**state, **{f"critic.{k}": v for k, v in critic_state.items()}}
+    return state
 
 
 def main() -> None:
@@ -355,7 +378,7 @@ def main() -> None:
     deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"
     out = cli.out / ("reference" if cli.reference else f"world{world}" + ("-zero3" if deepspeed else ""))
     out.mkdir(parents=True, exist_ok=True)
-    for name, (overrides, steps) in SUITES[cli.suite].items():
+    for name, (overrides, steps) in (REFERENCE if cli.reference else SUITES[cli.suite]).items():
         if cli.only is not None and name not in cli.only:
             continue
         run_scenario(name, overrides, steps, out, world, deepspeed)

@@ -175,15 +175,40 @@ def test_zero3_two_processes(results):
 
 
 def test_ppo_critic_under_zero3(results):
-    """PPO under ZeRO-3: the critic is a DeepSpeed engine of its own, sharded over the 2 ranks like the policy, and
-    both models end where the 1-process run (DDP-free, plain AdamW) ends."""
-    out = _check_against_reference(results, "world2-zero3", "ppo")
+    """PPO under ZeRO-3 with RAGEN-2's SNR filter and collapse checks, an empty step and token-budget chunks on
+    long-tailed rows: the critic is a DeepSpeed engine of its own, sharded over the 2 ranks like the policy; it runs
+    the policy's chunks (filler forwards where a rank has fewer) and skips the empty step with the policy (its
+    engine counts the skip); both models end where the 1-process run (no DeepSpeed, plain AdamW) ends, with the same
+    value statistics and critic gradient norm at every step."""
+    out = _check_against_reference(results, "world2-zero3", "ppo_collapse_budget")
+    _check_snr_collapse_empty_step(out)
     for rank in out["ranks"]:
         assert rank["partitioned"] and all(rank["partitioned"]), "policy parameters must be ZeRO-3 partitioned"
         # every matrix is sharded; vectors under stage3_param_persistence_threshold (10 x hidden) stay whole
         assert sum(rank["critic_partitioned"]) >= len(rank["critic_partitioned"]) // 2
-    params = _load(results / "world2-zero3" / "ppo.params.pt")
+        assert rank["ds_skipped_steps"] == rank["critic_skipped_steps"] == 1
+    params = _load(results / "world2-zero3" / "ppo_collapse_budget.params.pt")
     assert any(k.startswith("critic.") for k in params)
+    logged = lambda rec, key: [h[key] for h in rec["log_history"] if key in h]  # noqa: E731
+    ref, rank0 = out["ref"], out["ranks"][0]
+    assert sum(logged(rank0, "tokens/loss_chunks")) > len(logged(rank0, "tokens/loss_chunks"))  # really chunked
+    trained = lambda rec, key: [h[key] for h in rec["log_history"] if h.get("stages/empty_step") == 0]  # noqa: E731
+    for key in ("critic/vf_loss", "critic/vpred_mean", "critic/grad_norm"):
+        assert len(trained(ref, key)) == 2  # the two steps with rows
+        assert trained(rank0, key) == pytest.approx(trained(ref, key), rel=1e-4), key
+
+
+def test_ppo_resumes_exactly_under_zero3(results):
+    """A PPO run under ZeRO-3 resumed from its step-1 checkpoint (each rank's shards of the policy's and the critic's
+    engines: weights and optimizer states) ends bit-identical to the run that was not interrupted, as on one process
+    without DeepSpeed; and that run equals one process."""
+    _check_against_reference(results, "world2-zero3", "ppo_resume")
+    for run in ("reference", "world2-zero3"):
+        whole = _load(results / run / "ppo_resume.params.pt")
+        resumed = _load(results / run / "ppo_resume.resumed.params.pt")
+        assert whole.keys() == resumed.keys() and any(k.startswith("critic.") for k in whole)
+        for key in whole:
+            assert torch.equal(whole[key], resumed[key]), (run, key)
 
 
 def _check_teacher(out: dict, partitioned: bool) -> None:

@@ -14,9 +14,16 @@ import copy
 import pytest
 import torch
 from harness import BASE_ARGS, prompt_dataset, reward_token_parity, tiny_model_path
+from line_env import Line
+from transformers import AutoTokenizer
 
+import rewards
+from envs import available, register_env
+from envs.episode import EpisodeSettings
 from trainer import WinnowConfig, WinnowGRPOTrainer
 from trainer.config.errors import ConfigError
+from trainer.data.envs import level_dataset
+from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
 
 pytestmark = pytest.mark.integration
 
@@ -114,10 +121,14 @@ def test_ppo_refuses_what_it_does_not_compose_with(tmp_path):
         WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "advantage": "gae", "rollout_dropout": "grpodropout"})
 
 
-def test_resume_restores_the_critic_exactly(tmp_path):
+@pytest.mark.parametrize("steps_per_generation", [1, 2])
+def test_resume_restores_the_critic_exactly(tmp_path, steps_per_generation):
     """A run resumed from its step-1 checkpoint ends with the same critic (weights and AdamW state: a second step
-    from a fresh optimizer would differ) and the same policy as the run that was not interrupted."""
-    common = dict(max_steps=2, save_strategy="steps", save_steps=1)
+    from a fresh optimizer would differ) and the same policy as the run that was not interrupted -- also from the
+    middle of a generation batch (``steps_per_generation`` 2: step 2 trains on the rows, old values and returns
+    generated before the checkpoint)."""
+    common = dict(max_steps=2, save_strategy="steps", save_steps=1, steps_per_generation=steps_per_generation,
+                  per_device_train_batch_size=8 // steps_per_generation)
     whole = make_trainer(tmp_path / "whole", **common)
     whole.train()
     assert (tmp_path / "whole" / "checkpoint-1" / "critic" / "optimizer.pt").is_file()
@@ -139,3 +150,81 @@ def test_critic_follows_gradient_checkpointing(tmp_path):
         trainer.train()
         losses.append([h["critic/vf_loss"] for h in trainer.state.log_history if "critic/vf_loss" in h])
     assert losses[0] == pytest.approx(losses[1], rel=1e-5) and len(losses[0]) == 1
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])  # a chunk weighs 1 (global token normaliser) / rows share
+def test_critic_in_token_budget_chunks_trains_like_unchunked(tmp_path, loss_type):
+    """With ``micro_batch_tokens`` the critic runs the policy's token-budget chunks (each forward and backward within
+    the budget) and ends where the unchunked run ends: the same value loss per step, the same critic and policy.
+    Two optimizer steps of one generation batch (num_iterations 2): the second runs against the value clip."""
+    runs = {}
+    for budget in (None, 40):
+        trainer = make_trainer(tmp_path / str(budget), max_steps=2, num_iterations=2, micro_batch_tokens=budget,
+                               loss_type=loss_type)
+        trainer.train()
+        runs[budget] = trainer
+    logs = {b: [h for h in t.state.log_history if "critic/vf_loss" in h] for b, t in runs.items()}
+    assert sum(h["tokens/loss_chunks"] for h in logs[40]) > 2 * len(logs[40])  # really chunked
+    assert logs[None][1]["critic/vf_clipfrac"] > 0
+    for whole, chunked in zip(logs[None], logs[40], strict=True):
+        for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "loss"):
+            assert chunked[key] == pytest.approx(whole[key], rel=1e-5, abs=1e-7), key
+    for a, b in ((runs[None].hook("ppo_critic").critic.model, runs[40].hook("ppo_critic").critic.model),
+                 (runs[None].model, runs[40].model)):
+        for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _verl_gae_loop(rewards: list[float], values: list[float], gamma: float, lam: float) -> list[float]:
+    """verl's recursion over one episode's loss tokens only (observation tokens removed beforehand): the advantages
+    before whitening, written as a plain loop."""
+    advantages, next_value, next_advantage = [0.0] * len(values), 0.0, 0.0
+    for t in reversed(range(len(values))):
+        delta = rewards[t] + gamma * next_value - values[t]
+        next_advantage = delta + gamma * lam * next_advantage
+        next_value = values[t]
+        advantages[t] = next_advantage
+    return advantages
+
+
+def test_multi_turn_gae_skips_the_observation_tokens(tmp_path):
+    """Multi-turn episodes (the Line walk, two turns): the environment's observation tokens between the turns are
+    outside the loss mask, and GAE (gamma 0.9, lambda 0.8: the skipping shows only when gamma * lambda < 1) runs over
+    the model's tokens alone with the episode's reward on its last one -- the returns and whitened advantages the
+    policy and critic train on equal a plain loop over each episode's loss tokens."""
+    if "test-line" not in available():
+        register_env("test-line")(Line)
+    tok = AutoTokenizer.from_pretrained(tiny_model_path())
+    rollout = MultiTurnRollout("test-line", {}, EpisodeSettings(max_turns=2), 8, 0.5,
+                               ChatTokens(tok, training_chat_template(tok)))
+    gamma, lam = 0.9, 0.8
+    args = WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "max_completion_length": 160, "max_steps": 1,
+                                                     "advantage": "gae", "loss_type": "dapo", "gae_gamma": gamma,
+                                                     "gae_lambda": lam})
+    trainer = WinnowGRPOTrainer(model=tiny_model_path(), args=args, rollout_func=rollout,
+                                reward_funcs=[rewards.get_reward("env_return"), reward_token_parity],
+                                train_dataset=level_dataset("test-line", 8, 0))
+    seen = spy_micro_batches(trainer)
+    trainer.train()
+    (batch,) = seen
+    mask = (batch["completion_mask"] * batch["tool_mask"]).bool()
+    # observation tokens inside an episode (a masked-out token before the episode's last model token)
+    last = [int(row.nonzero().max()) for row in mask]
+    assert any(not bool(row[: end + 1].all()) for row, end in zip(mask, last))
+    raw, returns = [], torch.zeros_like(batch["returns"])
+    R = trainer.state.log_history[0]["reward"]  # the batch's mean total reward, a check on the placement below
+    totals = []
+    for i, row in enumerate(mask):
+        idx = row.nonzero().flatten().tolist()
+        V = batch["old_values"][i, idx].tolist()
+        total = float(batch["returns"][i, idx[-1]])  # at the last token G_T = A_T + V_T = r_T
+        totals.append(total)
+        A = _verl_gae_loop([0.0] * (len(idx) - 1) + [total], V, gamma, lam)
+        raw.extend(A)
+        returns[i, idx] = torch.tensor([a + v for a, v in zip(A, V)])
+    assert sum(totals) / len(totals) == pytest.approx(R, abs=1e-5)  # the episode's reward sits on its last token
+    torch.testing.assert_close(batch["returns"], returns, rtol=1e-5, atol=1e-6)
+    raw = torch.tensor(raw)
+    whitened = (raw - raw.mean()) / raw.std()
+    torch.testing.assert_close(batch["advantages"][mask], whitened, rtol=1e-4, atol=1e-5)
+    assert float(batch["advantages"][~mask].abs().max()) == 0.0

@@ -139,7 +139,7 @@ def arm_skip(trainer: Any, overflow: bool = False) -> None:
     loss or gradient is non-finite, which an fp16 GradScaler must count as an overflow (see _end_scaler_iteration)."""
     zero_optimizer = _deepspeed_optimizer(trainer)
     if zero_optimizer is not None:
-        _arm_zero_skip(zero_optimizer)
+        arm_zero_skip(zero_optimizer)
         return
     optimizer = trainer.optimizer  # accelerate's AcceleratedOptimizer
     scaler = getattr(optimizer, "scaler", None)
@@ -181,8 +181,9 @@ def reset_skip_flag(trainer: Any) -> None:
         trl_contact.set_step_skipped(trainer.optimizer, False)
 
 
-def _arm_zero_skip(optimizer: Any) -> None:
-    """One ZeRO optimizer step through its overflow path: gradients cleared, no update, no loss-scale change.
+def arm_zero_skip(optimizer: Any) -> None:
+    """One ZeRO optimizer step through its overflow path: gradients cleared, no update, no loss-scale change (the
+    policy's skipped step, and PPO's critic engine at the same step: trainer/methods/ppo/critic.py).
 
     The engine then counts a skipped step and does not advance its scheduler, and accelerate reports
     ``step_was_skipped`` from ``optimizer.overflow`` so HF Trainer keeps its LR too. The ZeRO stages keep

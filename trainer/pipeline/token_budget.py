@@ -164,12 +164,9 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
     DDP the earlier chunks run under ``no_sync`` (only the last backward of a sync micro-step all-reduces), under
     DeepSpeed they backpropagate through the engine off the accumulation boundary, and ZeRO-3 ranks pad to the
     largest chunk count with zero-weight filler chunks (every forward and backward there is a collective)."""
-    chunks, stats, extents = _chunk_inputs(inputs, trainer.args.micro_batch_tokens)
-    acc = trainer.accelerator
-    fillers = _filler_count(acc, len(chunks), inputs["completion_ids"].device)
+    calls, stats = loss_chunks(trainer, inputs)
     partial_context, partial_backward = _partial_backward(trainer, model, backward)
     done, last = 0.0, None
-    calls = [(c, False) for _, c in chunks] + ([(_filler_chunk(inputs, extents), True)] * fillers if fillers else [])
     for i, (chunk, is_filler) in enumerate(calls):
         final = i + 1 == len(calls)
         with contextlib.nullcontext() if final else partial_context():
@@ -188,9 +185,22 @@ def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Call
     metrics = trl_contact.metrics(trainer)
     metrics["tokens/padded_loss"].append(float(stats["padded"]))
     metrics["tokens/real_loss"].append(float(stats["real"]))
-    metrics["tokens/loss_chunks"].append(float(len(chunks)))
+    metrics["tokens/loss_chunks"].append(float(stats["chunks"]))
     metrics["tokens/over_budget_rows"].append(float(stats["over"]))
     return last + done
+
+
+def loss_chunks(trainer: Any, inputs: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], bool]], dict[str, int]]:
+    """The training micro-batch ``inputs`` as token-budget chunks, in the order every training pass runs them:
+    ``(chunk inputs, is_filler)`` -- the zero-weight filler chunks last (multi-process DeepSpeed: every rank runs the
+    largest chunk count) -- and the plan's ``padded`` / ``real`` / ``over`` token counts and real ``chunks``. The
+    policy's loss (:func:`chunked_loss`) and a second trained model on the same micro-batches (PPO's critic) run
+    the same chunks, each weighted by :func:`chunk_weights`."""
+    chunks, stats, extents = _chunk_inputs(inputs, trainer.args.micro_batch_tokens)
+    fillers = _filler_count(trainer.accelerator, len(chunks), inputs["completion_ids"].device)
+    stats["chunks"] = len(chunks)
+    calls = [(c, False) for _, c in chunks] + ([(_filler_chunk(inputs, extents), True)] * fillers if fillers else [])
+    return calls, stats
 
 
 def _is_deepspeed(accelerator: Any) -> bool:

@@ -14,6 +14,7 @@ its own learning rate and clipping as verl's critic worker does, and steps right
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from typing import Any
@@ -24,6 +25,8 @@ from transformers import AutoConfig, AutoModelForTokenClassification
 
 from trainer import trl_contact
 from trainer.algorithms.gae import clipped_value_terms
+from trainer.guards.empty_steps import arm_zero_skip
+from trainer.pipeline.token_budget import chunk_weights, loss_chunks
 
 
 class Critic:
@@ -93,18 +96,51 @@ class Critic:
                  "critic/vpred_mean": ((V.detach() * mask).sum(), tokens)}
         return loss, stats
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backward of one micro-batch's value loss (already divided by the accumulation steps). Under DeepSpeed
-        the engine also steps here: it updates only at its accumulation boundary, as it does for the policy."""
-        if self.deepspeed:
-            self.model.backward(loss, scale_wrt_gas=False)
-            self.model.step()
+    def train_micro_batch(self, trainer: Any, inputs: dict[str, Any]) -> dict[str, tuple[torch.Tensor, ...]]:
+        """The value loss of one training micro-batch, backward into the critic's gradient (the optimizer steps at
+        the policy's step: :meth:`step`); returns the value statistics as :meth:`loss` does. With
+        ``micro_batch_tokens`` the critic runs the policy's token-budget chunks (trainer/pipeline/token_budget.py:
+        the same chunks, weights and ZeRO-3 filler forwards), so its activations respect the same budget."""
+        if trainer.args.micro_batch_tokens is None:
+            parts = [(inputs, 1.0, False)]
         else:
+            calls, _ = loss_chunks(trainer, inputs)
+            parts = [(chunk, 0.0 if filler else chunk_weights(trainer, inputs, chunk, False)[0], filler)
+                     for chunk, filler in calls]
+        totals: dict[str, list[torch.Tensor]] = {}
+        for i, (chunk, weight, filler) in enumerate(parts):
+            loss, stats = self.loss(trainer, chunk)
+            self.backward(loss * weight, final=i + 1 == len(parts))
+            if filler:  # a forward for ZeRO-3's collectives only: no contribution, no statistics
+                continue
+            for key, (total, count) in stats.items():
+                acc = totals.setdefault(key, [total * 0, count * 0])
+                acc[0], acc[1] = acc[0] + total, acc[1] + count
+        return {key: (total, count) for key, (total, count) in totals.items()}
+
+    def backward(self, loss: torch.Tensor, final: bool = True) -> None:
+        """Backward of one (chunk of a) micro-batch's value loss, already divided by the accumulation steps. The
+        gradient is synchronised only by the last backward of the policy's sync micro-step (``final`` chunk while
+        accelerate's ``sync_gradients``): DDP runs the others under ``no_sync``; a DeepSpeed engine is told the
+        accumulation boundary explicitly, as accelerate's ``DeepSpeedEngineWrapper.backward`` tells the policy's, but
+        its boundary step waits for the policy's optimizer step (:meth:`step` / :meth:`skip_step`), so a skipped
+        policy step skips the critic's too."""
+        sync = final and self.accelerator.sync_gradients
+        if self.deepspeed:
+            self.model.set_gradient_accumulation_boundary(sync)
+            self.model.backward(loss, scale_wrt_gas=False)
+            return
+        with contextlib.nullcontext() if sync else self.accelerator.no_sync(self.model):
             loss.backward()
 
     def step(self) -> float | None:
-        """Clip the critic's gradient (``critic_max_grad_norm``), step its optimizer and clear the gradient;
-        returns the gradient's norm before clipping (None with clipping off)."""
+        """The critic's update at the policy's optimizer step: gradient clipped to ``critic_max_grad_norm`` (the
+        engine's ``gradient_clipping`` under DeepSpeed), optimizer stepped, gradient cleared; returns the gradient's
+        norm before clipping (None with clipping off)."""
+        if self.deepspeed:
+            self.model.step()
+            norm = self.model.get_global_grad_norm()
+            return None if norm is None or self.args.critic_max_grad_norm <= 0 else float(norm)
         norm = None
         if self.args.critic_max_grad_norm > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.args.critic_max_grad_norm))
@@ -113,7 +149,12 @@ class Critic:
         return norm
 
     def skip_step(self) -> None:
-        """The policy's step was skipped: drop the critic's gradient too, no update."""
+        """The policy's step was skipped (an empty or non-finite step): drop the critic's gradient too, no update
+        (DeepSpeed: the engine's boundary step through the ZeRO optimizer's overflow path, as the policy's)."""
+        if self.deepspeed:
+            arm_zero_skip(self.optimizer)
+            self.model.step()
+            return
         self.optimizer.zero_grad(set_to_none=True)
 
     def save(self, folder: str) -> None:

@@ -34,8 +34,7 @@ class CriticHook:
     def train_micro_batch(self, trainer: Any, inputs: dict[str, Any], call: Any) -> None:
         """The value loss of one training micro-batch, backward into the critic's gradient; its statistics go to
         the step's logged metrics through ``call.recorder`` (reduced over processes once)."""
-        loss, stats = self.critic.loss(trainer, inputs)
-        self.critic.backward(loss)
+        stats = self.critic.train_micro_batch(trainer, inputs)
         for key, (total, count) in stats.items():
             call.recorder.mean(key, total, count)
 
@@ -59,8 +58,6 @@ class CriticStepCallback(TrainerCallback):
         self.hook, self.trainer = hook, trainer
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        if self.hook.critic.deepspeed:  # the engine stepped itself at its accumulation boundary (Critic.backward)
-            return
         if self.trainer.accelerator.optimizer_step_was_skipped:
             self.hook.critic.skip_step()
             return
