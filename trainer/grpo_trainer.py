@@ -42,6 +42,7 @@ from trainer.pipeline.generation_buffer import GenerationBuffer
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
 from trainer.pipeline.token_budget import chunked_logps, chunked_loss
 from trainer.rollout.prefill import prefill_ids, with_prefill
+from trainer.server import overlapped_generation  # noqa: F401  (registers hook: overlap)
 from trainer.server.client import harden_client, wait_for_server
 from trainer.server.generation import SyncObserver, generation_class
 from trainer.server.listeners import pin_nccl_group_to_loopback
@@ -63,6 +64,7 @@ OVERRIDES = {
     "_compute_loss": "seam 2: the loss with its LossCall (trainer/loss/), chunked under micro_batch_tokens",
     "_get_per_token_logps_and_entropies": "TRL's no-grad passes over token-budget chunks, and their token counts",
     "_generate": "timing_s/generation without the weight sync inside it",
+    "_generate_single_turn": "max_staleness > 0: the batch's completions from the request sent s batches ahead",
     "_get_output_dir": "the staging folder while a checkpoint is written (atomic checkpoints)",
     "_save_checkpoint": "the stages' and hooks' state in the checkpoint, published by one rename",
     "_save": "training_args.bin written with the secrets redacted",
@@ -371,6 +373,16 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 sync = self._timer.seconds.get("weight_sync", 0.0) - synced
                 self._timer.seconds["generation"] += time.perf_counter() - start - sync
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        """TRL's single-turn generation; while training with ``max_staleness`` > 0, the completions of the request
+        sent ``s`` batches ahead, from the weights of exactly ``s`` batches ago
+        (trainer/server/overlapped_generation.py)."""
+        overlap = self.hook("overlap")
+        if overlap is not None and self.model.training:
+            return overlap.completions(self, prompt_ids, num_generations)
+        return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                             has_tool_images=has_tool_images)
+
     def _get_output_dir(self, trial):
         """Trainer's run folder -- or, while a checkpoint is being written, its staging folder."""
         run_dir = super()._get_output_dir(trial)
@@ -572,6 +584,10 @@ def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
             "(or use_cpu is true)",
             "use weight_sync: disk (full weights through a shared folder) or lora (PEFT adapters), or 'auto'",
         )
+    if args.max_staleness > 0 and rollout_func is not None:
+        raise ConfigError("max_staleness", f"{args.max_staleness} overlaps one generation request per batch; a "
+                          f"rollout_func ({type(rollout_func).__name__}) sends its own requests, turn by turn",
+                          "use max_staleness: 0 with multi-turn environment rollouts")
     if args.old_logps_source != "sampler":
         return
     if not args.use_vllm and rollout_func is None:

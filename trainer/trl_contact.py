@@ -172,6 +172,12 @@ def vllm_generation(trainer: Any) -> Any:
     return getattr(trainer, "vllm_generation", None)
 
 
+def tokenize_prompts(trainer: Any, prompts: list) -> tuple[list[list[int]], Any, dict]:
+    """``GRPOTrainer._tokenize_prompts`` (trl 1.16): (prompt ids, images or None, multimodal fields) of ``prompts``,
+    as TRL tokenizes a generation batch's prompts before generating (winnow's override adds the think prefill)."""
+    return trainer._tokenize_prompts(prompts)  # noqa: SLF001
+
+
 def vllm_client(trainer: Any) -> Any:
     """The server-mode ``VLLMClient`` of TRL's generation backend (main process only), or None."""
     return getattr(vllm_generation(trainer), "vllm_client", None)

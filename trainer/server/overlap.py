@@ -67,10 +67,11 @@ class GenerationQueue:
 
     ``generate(request)`` runs on the worker thread and returns the batch's output; ``sync(version)`` runs on the
     caller's thread and puts the weights of ``version`` on the server. Both are the caller's (the trainer's vLLM
-    client, or the emulator in tests)."""
+    client: trainer/server/overlapped_generation.py, or the emulator in tests). ``server_version``: the weights the
+    server holds at the start (-1: unknown, so the first :meth:`publish` syncs)."""
 
     def __init__(self, staleness: int, generate: Callable[[Any], Any], sync: Callable[[int], None],
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, server_version: int = 0):
         if staleness < 0:
             raise ValueError(f"staleness must be >= 0, got {staleness}")
         self.staleness = staleness
@@ -78,7 +79,8 @@ class GenerationQueue:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="winnow-generation")
         self._in_flight: dict[int, tuple[int, Future]] = {}  # index -> (version, future of Generated)
         self._done: dict[int, Generated] = {}  # restored from a checkpoint, taken before anything in flight
-        self.server_version = 0  # the weights on the server: version 0 are the initial ones
+        # the weights on the server: version 0 are the initial ones; -1 = unknown (the first publish syncs)
+        self.server_version = server_version
         self.next_index = 0  # the next batch to submit
         self._lock = threading.Lock()
         self._queued = 0  # requests submitted and not finished (the worker is idle at 0)

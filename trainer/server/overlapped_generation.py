@@ -1,0 +1,204 @@
+"""``max_staleness`` > 0 in the trainer: TRL's server-mode generation of one batch, split into its request (sent
+ahead, on the worker of trainer/server/overlap.py) and its result (taken when the batch trains).
+
+TRL's ``VLLMGeneration.generate`` (trl==1.16.0:trl/generation/vllm_generation.py:550-650, server branch) gathers
+every rank's prompt ids, has the main process POST the unique prompts once with the sampling settings, broadcasts the
+answer and hands each rank its slice; ``GRPOTrainer._generate_single_turn`` syncs the weights first when the step
+changed and keeps the sampled token's log-prob. Here the same happens in two halves: the gather and the POST when the
+batch is submitted (``k + s`` at the start of batch ``k``), the broadcast and the slice when batch ``k`` is taken. The
+prompts of the batches ahead come from a second pass over the trainer's own dataloader (:class:`PromptLookahead`):
+TRL's loop hands the trainer only the batch it trains. The sync is TRL's backend's ``sync_weights`` (NCCL, disk or
+LoRA as configured), called by the queue between two requests.
+
+Hook ``overlap`` (trainer/pipeline/hooks.py): built when ``max_staleness`` > 0; its checkpoint file holds the batches
+in flight (waited for), so a resume trains exactly the rollouts the uninterrupted run trains.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from accelerate.utils import broadcast_object_list, gather_object
+from transformers import TrainerCallback
+
+from trainer import trl_contact
+from trainer.config.errors import ConfigError
+from trainer.pipeline.hooks import register_hook
+from trainer.server.overlap import GenerationQueue
+
+CHECKPOINT_FILE = "winnow_overlap.pt"
+
+
+class PromptLookahead:
+    """The trainer's local generation batches in the order its training loop will see them, read ahead.
+
+    TRL's dataloader (``GRPOTrainer.get_train_dataloader``) yields each local generation batch ``R = num_iterations x
+    steps_per_generation`` times in a row (its RepeatSampler); batch ``k`` is element ``k x R`` of the stream, epochs
+    following one another as the loop's do. A second dataloader built the same way (same sampler seed, same sharding)
+    yields the same stream."""
+
+    def __init__(self, trainer: Any):
+        self.loader = trainer.get_train_dataloader()
+        self.repeat = trainer.num_iterations * trainer.args.steps_per_generation
+        self._iterator = None
+        self._next = 0  # the index of the batch the iterator yields next
+
+    def batch(self, k: int) -> list[dict[str, Any]]:
+        """Local generation batch ``k`` (non-decreasing ``k``: the stream is read once)."""
+        if k < self._next - 1:
+            raise ValueError(f"batch {k} is behind the lookahead ({self._next - 1} read)")
+        if k == self._next - 1:
+            return self._last
+        while self._next <= k:
+            first = self._element()
+            for _ in range(self.repeat - 1):
+                self._element()
+            self._last, self._next = first, self._next + 1
+        return self._last
+
+    def _element(self) -> Any:
+        # torch's DataLoader draws its base seed from the global RNG when an iterator starts: forked, so reading
+        # ahead leaves the run's random stream where the training loop alone would leave it
+        with torch.random.fork_rng(devices=[]):
+            if self._iterator is None:
+                self._iterator = iter(self.loader)
+            try:
+                return next(self._iterator)
+            except StopIteration:  # the next epoch, as the training loop starts it
+                self._iterator = iter(self.loader)
+                return next(self._iterator)
+
+
+class OverlappedGeneration:
+    """The ``overlap`` hook: the queue of requests, the prompts ahead, TRL's request and slice, the metrics."""
+
+    def __init__(self, trainer: Any):
+        if getattr(trainer, "tools", None) or getattr(trainer, "environment_factories", None) is not None:
+            raise ConfigError("max_staleness", "tool calls and environments generate several times per batch, "
+                              "with the weights of each moment", "use max_staleness: 0 with tools or environments")
+        self.trainer = trainer
+        self.staleness = trainer.args.max_staleness
+        self.main = trainer.accelerator.is_main_process
+        self.lookahead = PromptLookahead(trainer)
+        # the server may hold any weights when training starts: version 0 (the initial policy) is synced first
+        self.queue = GenerationQueue(self.staleness, self._post if self.main else _nothing, self._sync,
+                                     server_version=-1)
+
+    # --- what the trainer calls ------------------------------------------------------------------------------
+
+    def completions(self, trainer: Any, prompt_ids: list[list[int]], num_generations: int):
+        """``_generate_single_turn``'s answer for the current generation batch: (completion ids, the sampled
+        tokens' log-probs), from the weights of version ``max(0, k - s)``."""
+        buffer = trainer.generation_buffer
+        k = buffer.micro_step // buffer.micro_steps_per_batch
+        self.queue.publish(k)  # version k: the weights that trained on batches 0 .. k - 1
+        if self.queue.next_index == 0:  # the run's start: batch 0 is the one TRL hands over, then 1 .. s ahead
+            self._submit(prompt_ids, num_generations)
+        while self.queue.next_index <= k + self.staleness:
+            self._submit(self._prompt_ids(trainer, self.queue.next_index), num_generations)
+        generated = self.queue.take(k)
+        payload = [generated.output]
+        if trainer.accelerator.num_processes > 1:
+            broadcast_object_list(payload, from_process=0)
+        all_prompt_ids, all_completion_ids, all_logprobs = payload[0]
+        rank = trainer.accelerator.process_index
+        rows = slice(rank * len(prompt_ids), (rank + 1) * len(prompt_ids))
+        expected = [ids for ids in all_prompt_ids for _ in range(num_generations)][rows]
+        if [list(p) for p in expected] != [list(p) for p in prompt_ids]:
+            raise RuntimeError(f"generation batch {k}: the prompts generated ahead are not the prompts the training "
+                               "loop handed over (the lookahead dataloader diverged from the trainer's)")
+        completion_ids = all_completion_ids[rows]
+        logprobs = None if all_logprobs is None else [[lp[0] for lp in seq] for seq in all_logprobs[rows]]
+        self._log(trainer, k, generated.version)
+        return completion_ids, logprobs
+
+    def save_checkpoint(self, trainer: Any, folder: str) -> None:
+        """The queue's counters and every batch in flight, waited for (all ranks wait; the main process writes)."""
+        state = self.queue.state_dict()
+        if self.main:
+            torch.save(state, os.path.join(folder, CHECKPOINT_FILE))
+
+    def load_checkpoint(self, trainer: Any, folder: str) -> None:
+        """Restore :meth:`save_checkpoint`'s batches: they are trained without being generated again."""
+        path = os.path.join(folder, CHECKPOINT_FILE)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{folder} holds no {CHECKPOINT_FILE}: it was written with max_staleness 0, and "
+                                    "its run generated no batch ahead; resume it with max_staleness: 0")
+        self.queue.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+
+    # --- the two halves of TRL's request ---------------------------------------------------------------------
+
+    def _prompt_ids(self, trainer: Any, k: int) -> list[list[int]]:
+        """This rank's prompt ids of generation batch ``k``, tokenized as TRL tokenizes the batch it trains."""
+        inputs = self.lookahead.batch(k)
+        prompt_ids, images, _ = trl_contact.tokenize_prompts(trainer, [x["prompt"] for x in inputs])
+        if images is not None:
+            raise NotImplementedError("max_staleness > 0 does not send images yet")
+        return prompt_ids
+
+    def _submit(self, prompt_ids: list[list[int]], num_generations: int) -> None:
+        """Gather every rank's prompt ids (collective) and queue the main process's POST of the unique ones."""
+        everyone = gather_object(prompt_ids) if self.trainer.accelerator.num_processes > 1 else list(prompt_ids)
+        self.queue.submit({"prompts": everyone[::num_generations], "n": num_generations} if self.main else None)
+
+    def _post(self, request: dict[str, Any]) -> tuple:
+        """The main process's request, on the queue's worker: TRL's client and sampling settings."""
+        backend = trl_contact.vllm_generation(self.trainer)
+        output = backend.vllm_client.generate(prompts=request["prompts"], **sampling_params(backend, request["n"]))
+        return output["prompt_ids"], output["completion_ids"], output["logprobs"]
+
+    def _sync(self, version: int) -> None:
+        """Put the trainer's current weights (``version``) on the server: TRL's backend's sync (collective)."""
+        trl_contact.vllm_generation(self.trainer).sync_weights()
+
+    def _log(self, trainer: Any, k: int, version: int) -> None:
+        metrics = trl_contact.metrics(trainer)
+        stats = self.queue.pop_stats()
+        metrics["async/staleness"].append(float(k - version))
+        metrics["async/policy_version"].append(float(version))
+        metrics["async/generation_wait_s"].append(stats.generation_wait_s)
+        metrics["async/sync_wait_s"].append(stats.sync_wait_s)
+        metrics["async/train_wait_s"].append(stats.train_wait_s)
+
+
+def sampling_params(backend: Any, n: int) -> dict[str, Any]:
+    """The sampling settings TRL's server branch sends with each request (trl==1.16.0:
+    trl/generation/vllm_generation.py:612-623), read from TRL's backend."""
+    return {
+        "n": n,
+        "repetition_penalty": backend.repetition_penalty,
+        "temperature": backend.temperature,
+        "top_p": backend.top_p,
+        "top_k": backend.top_k,
+        "min_p": 0.0 if backend.min_p is None else backend.min_p,
+        "max_tokens": backend.max_completion_length,
+        "logprobs": backend.logprobs,
+        "structured_outputs_regex": backend.structured_outputs_regex,
+        "generation_kwargs": backend.generation_kwargs,
+    }
+
+
+def _nothing(request: Any) -> None:
+    """A rank other than the main process sends nothing: it receives the batch by broadcast when it is taken."""
+    return None
+
+
+class CloseAtTrainEnd(TrainerCallback):
+    """The requests still in flight when training ends (the ``s`` batches ahead) are waited for, and the worker
+    stopped: no thread outlives the run, and the server is idle when ``train()`` returns."""
+
+    def __init__(self, overlap: OverlappedGeneration):
+        self.overlap = overlap
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.overlap.queue.close()
+
+
+@register_hook("overlap", enabled=lambda args: getattr(args, "max_staleness", 0) > 0)
+def build(trainer: Any) -> OverlappedGeneration:
+    """Overlapped generation for a run with ``max_staleness`` > 0, and the callback that ends it with the run."""
+    overlap = OverlappedGeneration(trainer)
+    trainer.add_callback(CloseAtTrainEnd(overlap))
+    return overlap
