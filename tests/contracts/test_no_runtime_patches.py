@@ -54,6 +54,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/grpo_trainer.py", "self._timer.prepare_seconds"): WINNOW_OWN + " (PhaseTimer)",
     ("trainer/methods/dynamic_sampling/hook.py", "t.global_rewards_per_func"): "WinnowGRPOTrainer's own attribute "
                                                                           "(the assembled batch's rewards)",
+    ("trainer/server/overlap.py", "self._stats.sync_wait_s"): WINNOW_OWN + " (OverlapStats)",
+    ("trainer/server/overlap.py", "self._stats.generation_wait_s"): WINNOW_OWN + " (OverlapStats)",
+    ("trainer/server/overlap.py", "self._stats.train_wait_s"): WINNOW_OWN + " (OverlapStats)",
     ("trainer/pipeline/stages.py", "batch.estimate_advantages"): WINNOW_OWN + " (RolloutBatch)",
     ("trainer/pipeline/stages.py", "batch.keep"): WINNOW_OWN + " (RolloutBatch)",
     ("trainer/pipeline/stages.py", "batch.advantages"): WINNOW_OWN + " (RolloutBatch)",

@@ -192,6 +192,11 @@ SUITES = {
                      num_iterations=2), 2),
         **BUDGET_SCENARIOS,
         **BALANCED_SCENARIOS,
+        # generation overlapped with training (max_staleness 1) on an HTTP emulator of vLLM: each rank's prompts
+        # read ahead from its own dataloader, gathered, generated once, broadcast and sliced (lr 1e-3: at 1e-2 Adam
+        # turned fp32 reduction noise in small gradients into 1.2e-5)
+        "overlap": (dict(loss_type="dapo", rollout_filter="none", max_staleness=1, emulated_server=True,
+                         learning_rate=1e-3), 3),
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {
@@ -261,6 +266,11 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         rollout_func = long_tail_rollout_func
     if overrides.pop("env_rollout", False):  # Sokoban episodes through the multi-turn rollout, deterministic policy
         train_dataset, rollout_func, reward_funcs = sokoban_rollout()
+    emulated = None
+    if overrides.pop("emulated_server", False):  # generation on an HTTP emulator of vLLM in the main process
+        emulated, rollout_func = start_emulated_server(), None
+        overrides.update(use_vllm=True, vllm_mode="server", vllm_server_base_url=emulated[1], weight_sync="disk",
+                         vllm_importance_sampling_correction=False, vllm_server_timeout=60)
     resume_check = overrides.pop("resume_check", False)  # a checkpoint at step 1, and a second run resumed from it
     if resume_check:
         overrides.update(save_strategy="steps", save_steps=1)
@@ -340,6 +350,13 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
         if deepspeed:
             record["critic_partitioned"] = [int(p.ds_tensor.numel()) < int(p.ds_numel)
                                             for p in critic.model.module.parameters() if hasattr(p, "ds_tensor")]
+    if emulated is not None:
+        if emulated[0] is not None:  # which weights generated each request, in the server's order
+            record["generations"] = [e[1:] for e in emulated[0].log if e[0] == "generate"]
+            record["overlaps"] = emulated[0].overlaps
+        acc.wait_for_everyone()
+        if emulated[0] is not None:
+            emulated[0].stop()
     torch.save(record, out / f"{name}.rank{rank}.pt")
     if acc.is_main_process:
         torch.save({k: v.detach().float().cpu().clone() for k, v in state.items()}, out / f"{name}.params.pt")
@@ -352,6 +369,23 @@ def run_scenario(name: str, overrides: dict, steps: int, out: Path, world: int, 
             torch.save({k: v.detach().float().cpu().clone() for k, v in state.items()},
                        out / f"{name}.resumed.params.pt")
         acc.wait_for_everyone()
+
+
+def start_emulated_server():
+    """(the server on the main process, else None; its URL on every process): tests/server/emulated_vllm.py, whose
+    completions depend only on the prompt and the weights it last loaded, so 1 and 2 processes are served alike."""
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
+    from emulated_vllm import EmulatedVLLM
+
+    state = PartialState()
+    server = EmulatedVLLM(generation_s=0.05).start() if state.is_main_process else None
+    url = [server.url if server is not None else None]
+    if state.num_processes > 1:
+        broadcast_object_list(url, from_process=0)
+    return server, url[0]
 
 
 def trained_state(trainer, deepspeed: bool) -> dict:

@@ -23,7 +23,7 @@ DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_g
                  # token-budget chunks; bnpo is left out: its normaliser counts each rank's own tokens, so 2
                  # processes differ from 1 by TRL's definition (chunked vs unchunked bnpo is checked below)
                  "tail_grpo_kl_accum", "budget_grpo_kl_accum", "tail_dr_grpo", "budget_dr_grpo", "tail_dapo",
-                 "budget_dapo", "balanced_grpo_kl_accum", "balanced_dapo_all_kept"]
+                 "budget_dapo", "balanced_grpo_kl_accum", "balanced_dapo_all_kept", "overlap"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 
@@ -156,6 +156,17 @@ def _check_token_choices(out: dict) -> None:
 @pytest.mark.parametrize("compacted, masked", [("filter_grpo_kl_accum", "filter_grpo_kl_accum_masked"),
                                                ("filter_dapo", "filter_dapo_masked"),
                                                ("rank_keeps_none", "rank_keeps_none_masked")])
+def test_overlapped_generation_on_two_processes(results):
+    """max_staleness 1 on 2 processes: the server got the same requests from the same weights as from one process
+    (batch k from version max(0, k - 1); the weights differ only by fp32 reduction order, below the emulator's
+    fingerprint resolution), no sync landed during a generation, and training matched one process."""
+    ref = _load(results / "reference" / "overlap.rank0.pt")
+    two = _load(results / "world2" / "overlap.rank0.pt")
+    assert ref["generations"] == two["generations"] and len(two["generations"]) == 4
+    assert [loaded for loaded, _ in two["generations"]] == [1, 1, 2, 3]
+    assert ref["overlaps"] == two["overlaps"] == 0
+
+
 def test_compaction_trains_like_masking_on_two_processes(results, compacted, masked):
     """Removing dropped rollouts from the batch (re-dealt over ranks, zero-weight fillers) reaches the same
     parameters as masking them, on 2 processes (row- and token-normalised losses; 2 accumulation steps and a KL

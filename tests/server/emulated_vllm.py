@@ -27,6 +27,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """A request handler that answers JSON and logs nothing (the fake servers of tests/server share it)."""
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+    def _send(self, status: int, body: dict | None = None):
+        data = json.dumps(body if body is not None else {}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class EmulatedVLLM:
     """The server; ``generation_s`` seconds per /v1/completions call. ``log``: ("reload", fingerprint) and
     ("generate", reloads so far, fingerprint) in arrival order."""
@@ -63,25 +78,15 @@ class EmulatedVLLM:
             total += sum(float(t.double().sum()) for t in load_file(str(shard)).values())
         with self._lock:
             self.overlaps += self._generating > 0
-            self.fingerprint = int(abs(total) * 1e4) % 100_003
+            # coarse: weights that differ only by fp32 reduction order (1 vs 2 processes) get the same fingerprint
+            self.fingerprint = int(round(abs(total) * 10)) % 100_003
             self.reloads += 1
             self.log.append(("reload", self.fingerprint))
 
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, body: dict | None = None):
-                data = json.dumps(body if body is not None else {}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 path = self.path.split("?")[0]
                 if path == "/health":

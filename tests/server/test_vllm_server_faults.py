@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
+from emulated_vllm import JsonHandler, free_port
 
 from trainer.server.client import (
     GenerationServerError,
@@ -34,12 +34,6 @@ from trainer.server.client import (
 
 MARGIN = 5.0  # seconds of slack on top of a computed budget (slow CI, thread start-up)
 HANG_S = 60.0  # how long a "never answering" handler blocks unless teardown releases it
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def completions_response(payload: dict) -> dict:
@@ -75,18 +69,7 @@ class FakeVLLM:
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep pytest output clean
-                pass
-
-            def _send(self, status: int, body: dict | None = None):
-                data = json.dumps(body if body is not None else {}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def _count(self) -> None:
                 with fake._lock:
                     fake.hits[self.path] = fake.hits.get(self.path, 0) + 1

