@@ -153,9 +153,6 @@ def _check_token_choices(out: dict) -> None:
         assert torch.allclose(chosen(s0), chosen(s_ref), atol=1e-5)
 
 
-@pytest.mark.parametrize("compacted, masked", [("filter_grpo_kl_accum", "filter_grpo_kl_accum_masked"),
-                                               ("filter_dapo", "filter_dapo_masked"),
-                                               ("rank_keeps_none", "rank_keeps_none_masked")])
 def test_overlapped_generation_on_two_processes(results):
     """max_staleness 1 on 2 processes: the server got the same requests from the same weights as from one process
     (batch k from version max(0, k - 1); the weights differ only by fp32 reduction order, below the emulator's
@@ -167,6 +164,9 @@ def test_overlapped_generation_on_two_processes(results):
     assert ref["overlaps"] == two["overlaps"] == 0
 
 
+@pytest.mark.parametrize("compacted, masked", [("filter_grpo_kl_accum", "filter_grpo_kl_accum_masked"),
+                                               ("filter_dapo", "filter_dapo_masked"),
+                                               ("rank_keeps_none", "rank_keeps_none_masked")])
 def test_compaction_trains_like_masking_on_two_processes(results, compacted, masked):
     """Removing dropped rollouts from the batch (re-dealt over ranks, zero-weight fillers) reaches the same
     parameters as masking them, on 2 processes (row- and token-normalised losses; 2 accumulation steps and a KL
