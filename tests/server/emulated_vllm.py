@@ -44,7 +44,7 @@ class JsonHandler(BaseHTTPRequestHandler):
 
 class EmulatedVLLM:
     """The server; ``generation_s`` seconds per /v1/completions call. ``log``: ("reload", fingerprint) and
-    ("generate", reloads so far, fingerprint) in arrival order."""
+    ("generate", reloads so far, fingerprint, the request's sampling settings as JSON) in arrival order."""
 
     def __init__(self, generation_s: float = 0.0):
         self.generation_s = generation_s
@@ -112,7 +112,8 @@ class EmulatedVLLM:
                 try:
                     time.sleep(fake.generation_s)
                     with fake._lock:
-                        fake.log.append(("generate", reloads, fingerprint))
+                        settings = json.dumps({k: v for k, v in payload.items() if k != "prompt"}, sort_keys=True)
+                        fake.log.append(("generate", reloads, fingerprint, settings))
                     self._send(200, fake.completions(payload, fingerprint))
                 finally:
                     with fake._lock:

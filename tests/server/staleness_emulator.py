@@ -59,16 +59,12 @@ def prompts_of(k: int, n: int = 4) -> list[int]:
 def drive(queue: GenerationQueue, first: int, last: int, train_s: float = 0.0,
           on_batch: Any = None) -> list[Any]:
     """Run the trainer's side of the protocol (trainer/server/overlap.py) for generation batches ``first`` ..
-    ``last``: at batch k publish version k, submit batch k + s, take batch k, then "train" for ``train_s`` seconds.
+    ``last``: ``start_batch(k)`` (publish version k, submit up to batch k + s), take batch k, then "train" for
+    ``train_s`` seconds.
     Returns the taken results in order."""
-    s, taken = queue.staleness, []
+    taken = []
     for k in range(first, last + 1):
-        if k == 0:
-            for j in range(s + 1):
-                queue.submit({"index": j, "prompts": prompts_of(j)})
-        else:
-            queue.publish(k)
-            queue.submit({"index": k + s, "prompts": prompts_of(k + s)})
+        queue.start_batch(k, lambda j: {"index": j, "prompts": prompts_of(j)})
         got = queue.take(k)
         taken.append(got)
         if on_batch is not None:

@@ -17,6 +17,7 @@ from harness import BASE_ARGS, prompt_dataset, reward_token_parity, tiny_model_p
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
 from trainer.config.errors import ConfigError
+from trainer.server import overlapped_generation
 from trainer.server.overlap import version_for
 
 pytestmark = pytest.mark.integration
@@ -79,8 +80,7 @@ def test_first_step_matches_trls_generation_and_the_second_does_not(server, tmp_
     TRL's). Batch 1 comes from version 1 under TRL and from version 0 under s = 1: step 2 differs."""
     after = {}
     for s in (0, 1):
-        trainer = make_trainer(server, tmp_path / str(s), max_staleness=s, max_steps=2, save_strategy="steps",
-                               save_steps=1)
+        trainer = make_trainer(server, tmp_path / str(s), max_staleness=s, max_steps=2)
         snapshots = []
         trainer.add_callback(Snapshot(trainer, snapshots))
         trainer.train()
@@ -88,6 +88,34 @@ def test_first_step_matches_trls_generation_and_the_second_does_not(server, tmp_
     for name in after[0][0]:
         assert torch.equal(after[0][0][name], after[1][0][name]), name
     assert any(not torch.equal(after[0][1][n], after[1][1][n]) for n in after[0][1])
+
+
+def test_s0_is_trls_loop_and_the_queue_at_s0_trains_it_bit_identically(server, tmp_path):
+    """max_staleness 0 builds no overlap: TRL's server loop runs untouched. And the overlap's own machinery at
+    s = 0 (the queue's sync-then-request order, the lookahead dataloader, TRL's request split in two) reproduces
+    that loop over several optimizer steps: the same weight reloads and generation requests at the server, and
+    the same parameters after every step, bit for bit."""
+    runs = {}
+    for name in ("trl", "queue_at_s0"):
+        server.log.clear()
+        server.reloads = 0
+        trainer = make_trainer(server, tmp_path / name, max_staleness=0, max_steps=4)
+        assert trainer.hook("overlap") is None
+        if name == "queue_at_s0":  # the hook, built by hand: its registration turns it on only for s > 0
+            trainer._hooks["overlap"] = overlapped_generation.build(trainer)
+        snapshots = []
+        trainer.add_callback(Snapshot(trainer, snapshots))
+        trainer.train()
+        runs[name] = (snapshots, list(server.log))
+    (trl_steps, trl_log), (queue_steps, queue_log) = runs["trl"], runs["queue_at_s0"]
+    assert [e[0] for e in trl_log] == ["reload", "generate"] * 4
+    assert queue_log == trl_log  # the same weights loaded, the same requests, in the same order
+    assert len(trl_steps) == len(queue_steps) == 4
+    for step, (a, b) in enumerate(zip(trl_steps, queue_steps)):
+        for name in a:
+            assert torch.equal(a[name], b[name]), (step, name)
+    first, last = trl_steps[0], trl_steps[-1]
+    assert any(not torch.equal(first[n], last[n]) for n in first)  # the steps moved the weights
 
 
 class Snapshot:

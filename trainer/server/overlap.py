@@ -10,9 +10,9 @@ requests form a single ordered stream: one worker thread sends them one after an
 
 What the trainer does at the start of generation batch ``k`` (its weights are version ``k``)::
 
-    k == 0:  submit batches 0 .. s           (all version 0: the initial weights)
-    k >= 1:  publish(k)                       (waits for the generations in flight, then syncs version k)
-             submit batch k + s               (version k)
+    start_batch(k):  publish(k)               (waits for the generations in flight, then syncs version k;
+                                               nothing at k == 0, where the server holds the initial weights)
+                     submit up to batch k + s (k == 0: batches 0 .. s, all version 0; then batch k + s)
     train on take(k)                          (waits for batch k if it is not done yet)
 
 ``s = 0`` is the synchronous loop (sync, generate, train). With ``s >= 1`` batch ``k + s`` is generated while batch
@@ -87,7 +87,17 @@ class GenerationQueue:
         self._idle_since: float | None = None  # when the worker last became idle (None: before the first request)
         self._stats = OverlapStats()
 
-    # --- the three calls of the trainer -------------------------------------------------------------------
+    # --- the trainer's calls ------------------------------------------------------------------------------
+
+    def start_batch(self, index: int, request_of: Callable[[int], Any]) -> None:
+        """The trainer's side of the protocol at the start of generation batch ``index`` (its weights are version
+        ``index``): :meth:`publish` that version, then :meth:`submit` every batch up to ``index + s``, each request
+        built by ``request_of(batch index)`` (so at the run's start batches ``0 .. s``, then one per batch). The
+        batch is then :meth:`take`-n."""
+        self.publish(index)
+        while self.next_index <= index + self.staleness:
+            self.submit(request_of(self.next_index))
+
 
     def submit(self, request: Any) -> int:
         """Send batch :attr:`next_index`'s request to the worker; returns its index. Refused unless the server holds

@@ -44,6 +44,7 @@ class PromptLookahead:
         self.repeat = trainer.num_iterations * trainer.args.steps_per_generation
         self._iterator = None
         self._next = 0  # the index of the batch the iterator yields next
+        self._last: list[dict[str, Any]] | None = None  # batch _next - 1
 
     def batch(self, k: int) -> list[dict[str, Any]]:
         """Local generation batch ``k`` (non-decreasing ``k``: the stream is read once)."""
@@ -93,11 +94,10 @@ class OverlappedGeneration:
         tokens' log-probs), from the weights of version ``max(0, k - s)``."""
         buffer = trainer.generation_buffer
         k = buffer.micro_step // buffer.micro_steps_per_batch
-        self.queue.publish(k)  # version k: the weights that trained on batches 0 .. k - 1
-        if self.queue.next_index == 0:  # the run's start: batch 0 is the one TRL hands over, then 1 .. s ahead
-            self._submit(prompt_ids, num_generations)
-        while self.queue.next_index <= k + self.staleness:
-            self._submit(self._prompt_ids(trainer, self.queue.next_index), num_generations)
+        # version k (the weights that trained on batches 0 .. k - 1) to the server, then the requests up to k + s;
+        # batch k itself is requested here only at the run's start, from the prompts TRL hands over
+        self.queue.start_batch(k, lambda j: self._request(prompt_ids if j == k else self._prompt_ids(trainer, j),
+                                                          num_generations))
         generated = self.queue.take(k)
         payload = [generated.output]
         if trainer.accelerator.num_processes > 1:
@@ -138,10 +138,11 @@ class OverlappedGeneration:
             raise NotImplementedError("max_staleness > 0 does not send images yet")
         return prompt_ids
 
-    def _submit(self, prompt_ids: list[list[int]], num_generations: int) -> None:
-        """Gather every rank's prompt ids (collective) and queue the main process's POST of the unique ones."""
+    def _request(self, prompt_ids: list[list[int]], num_generations: int) -> dict[str, Any] | None:
+        """Gather every rank's prompt ids (collective): the main process's POST of the unique ones (None on the
+        other ranks, which send nothing)."""
         everyone = gather_object(prompt_ids) if self.trainer.accelerator.num_processes > 1 else list(prompt_ids)
-        self.queue.submit({"prompts": everyone[::num_generations], "n": num_generations} if self.main else None)
+        return {"prompts": everyone[::num_generations], "n": num_generations} if self.main else None
 
     def _post(self, request: dict[str, Any]) -> tuple:
         """The main process's request, on the queue's worker: TRL's client and sampling settings."""
