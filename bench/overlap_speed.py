@@ -5,7 +5,9 @@ One server (``launch/vllm_server.py``'s builder, fp32 so the trainer's fp32 weig
 random Qwen3; the trainer trains the same recipe against it with ``weight_sync: disk``, alternating the two modes
 ``--reps`` times. Throughput counts the optimizer steps after the first (warm-up) of each run: rollouts trained
 between the first and the last step's end, over that time. The phases are the trainer's own timings
-(``timing_s/*``, seconds per step) and the overlap's waits (``async/*``).
+(``timing_s/*``, seconds per step) and the overlap's waits (``async/*``). What the staleness costs: the ratio of the
+policy being trained to the sampler on the trained tokens (``async/is_ratio/*``, ``async/abs_log_ratio/mean``),
+s = 0 against s = 1; ``--lr`` sets how far one step moves the policy.
 
     .venv/bin/python bench/overlap_speed.py --json bench/results/overlap_speed.json
 """
@@ -54,7 +56,7 @@ def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Pat
         "vllm_server_timeout": 120, "vllm_request_timeout": 300, "weight_sync": "disk",
         "vllm_importance_sampling_correction": False, "max_staleness": staleness, "max_steps": opts.steps,
         "per_device_train_batch_size": opts.rollouts, "num_generations": 8,
-        "max_completion_length": opts.completion_tokens, "temperature": 1.0, "learning_rate": 1e-5,
+        "max_completion_length": opts.completion_tokens, "temperature": 1.0, "learning_rate": opts.lr,
         "lr_scheduler_type": "constant"})
     trainer = WinnowGRPOTrainer(model=model, reward_funcs=[reward_token_parity], args=args,
                                 train_dataset=prompt_dataset(opts.rollouts * (opts.steps + 4)))
@@ -72,8 +74,14 @@ def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Pat
     phases = {k: mean(k) for k in ("timing_s/generation", "timing_s/weight_sync", "timing_s/loss_fwd_bwd",
                                    "timing_s/step", "async/generation_wait_s", "async/sync_wait_s",
                                    "async/train_wait_s")}
+    # what the staleness costs: the policy-to-sampler ratio on the trained tokens (trainer/loss/forward.py)
+    ratios = {"async/is_ratio/mean": mean("async/is_ratio/mean"),
+              "async/abs_log_ratio/mean": mean("async/abs_log_ratio/mean"),
+              "async/is_ratio/min": min((h["async/is_ratio/min"] for h in history), default=None),
+              "async/is_ratio/max": max((h["async/is_ratio/max"] for h in history), default=None)}
     return {"staleness": staleness, "rollouts_per_s": steps * opts.rollouts / seconds,
-            "seconds_per_step": seconds / steps, **{k: v for k, v in phases.items() if v is not None}}
+            "seconds_per_step": seconds / steps,
+            **{k: v for k, v in {**phases, **ratios}.items() if v is not None}}
 
 
 def main() -> None:
@@ -85,6 +93,9 @@ def main() -> None:
                         help="the server's --max-num-seqs: its batch, which sets generation time against training "
                         "time (the bench wants them about equal, where the ideal overlap is 2x)")
     parser.add_argument("--reps", type=int, default=2, help="runs of each mode, alternating")
+    parser.add_argument("--lr", type=float, default=1e-5,
+                        help="learning rate: how far one step moves the policy, so what one batch of staleness "
+                        "costs in the importance ratio (a larger one shows it on the tiny model)")
     parser.add_argument("--json", default=None, help="write the results here")
     opts = parser.parse_args()
 
@@ -117,6 +128,14 @@ def main() -> None:
     ratio = statistics.median(by[1]) / statistics.median(by[0])
     print(f"\nrollouts trained per second (median of {opts.reps}): sync {statistics.median(by[0]):.1f}, "
           f"s=1 {statistics.median(by[1]):.1f} -> {ratio:.2f}x")
+    for s in (0, 1):
+        runs = [r for r in results if r["staleness"] == s and "async/abs_log_ratio/mean" in r]
+        if runs:
+            print(f"s={s}: policy/sampler ratio on trained tokens: mean |log ratio| "
+                  f"{statistics.fmean(r['async/abs_log_ratio/mean'] for r in runs):.2e}, ratio mean "
+                  f"{statistics.fmean(r['async/is_ratio/mean'] for r in runs):.4f}, min "
+                  f"{min(r['async/is_ratio/min'] for r in runs):.3f}, "
+                  f"max {max(r['async/is_ratio/max'] for r in runs):.3f}")
     if opts.json:
         benchlib.write_json(opts.json, {"bench": "overlap_speed", "runs": results, "ratio_s1_vs_sync": ratio,
                                         "settings": vars(opts), "server_core": SERVER_CORE,

@@ -98,6 +98,7 @@ def _assert_equal(ref, got):
     assert _close(loss, ref_loss), (loss, ref_loss)
     scale = max(float(v.abs().max()) for v in ref_grads.values())
     assert max(float((ref_grads[k] - grads[k]).abs().max()) for k in ref_grads) <= 1e-5 * scale
+    m = {k: v for k, v in m.items() if not k.startswith("async/")}  # winnow's own: test_sampler_ratio_by_hand
     assert set(m) == set(ref_m), (set(m) ^ set(ref_m))
     for key in ref_m:
         assert _close(m[key], ref_m[key]), (key, m[key], ref_m[key])
@@ -164,6 +165,32 @@ def test_row_scale_is_trl_loss_with_scaled_advantages_and_kl(pair, loss_type):
     _assert_equal(ref, got)  # the KL estimate, entropy and clip ratios are unscaled in both; the policy loss scaled
 
 
+def test_sampler_ratio_by_hand(pair):
+    """``async/is_ratio/{mean,min,max}`` and ``async/abs_log_ratio/mean`` (trainer/loss/forward.py) are the
+    statistics of exp(log pi_theta - log pi_sampler) over the loss tokens (completion mask x tool mask), tokens the
+    sampler gave no log-prob (NaN) left out -- by hand from the model's log-probs at the sampling temperature."""
+    _, win, inputs = pair
+    inputs = dict(inputs)
+    sampling = inputs["sampling_per_token_logps"].clone()
+    sampling[5, 2] = float("nan")  # a loss token without a sampler log-prob
+    inputs["sampling_per_token_logps"] = sampling
+    _, _, metrics = _run(win, _ours(win), inputs)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    with torch.no_grad():
+        logp = win._get_per_token_logps_and_entropies(win.model, ids, attn, T)[0]
+    tokens = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
+    tokens[5, 2] = False
+    log_ratio = (logp - inputs["sampling_per_token_logps"])[tokens].double()
+    assert 20 < log_ratio.numel() < int((inputs["completion_mask"] * inputs["tool_mask"]).sum())
+    ratio = log_ratio.exp()
+    assert _close(metrics["async/is_ratio/mean"], float(ratio.mean()))
+    assert _close(metrics["async/abs_log_ratio/mean"], float(log_ratio.abs().mean()))
+    assert _close(metrics["async/is_ratio/min"], float(ratio.min()))
+    assert _close(metrics["async/is_ratio/max"], float(ratio.max()))
+    assert float(ratio.max()) > 1.2 and float(ratio.min()) < 0.8  # the sampler really differs
+
+
 def test_adaptive_entropy_is_refused_where_winnow_computes_the_loss(tmp_path):
     """TRL's adaptive entropy controller lives in TRL's loss; a thinned row-normalised loss is winnow's copy."""
     with pytest.raises(ConfigError, match="use_adaptive_entropy"):
@@ -171,3 +198,4 @@ def test_adaptive_entropy_is_refused_where_winnow_computes_the_loss(tmp_path):
                      loss_type="grpo")
     WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, use_adaptive_entropy=True, rollout_filter="snr",
                  loss_type="dapo")  # token-normalised: TRL's own loss, controller included
+

@@ -40,7 +40,7 @@ def trl_policy_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Loss
         raise ValueError("use_adaptive_entropy's controller runs inside TRL's own loss only (refused by WinnowConfig)")
     args, loss_type, record = trainer.args, trainer.loss_type, call.recorder
     training = trainer.model.training
-    p = policy_forward(trainer, model, inputs)
+    p = policy_forward(trainer, model, inputs, record)
     logp, entropies, mask, old = p.logp, p.entropies, p.mask, p.old
     entropy_mask = None
     if trainer.top_entropy_quantile < 1.0:  # collective: the quantile is over every process's tokens

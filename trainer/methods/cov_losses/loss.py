@@ -67,7 +67,7 @@ def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall, v
     if not trainer.model.training:
         return trainer.trl_compute_loss(model, inputs)  # evaluation loss: the plain surrogate, no token choice
     args = trainer.args
-    p = policy_forward(trainer, model, inputs)
+    p = policy_forward(trainer, model, inputs, call.recorder)
     logp, mask, A_tok, old = p.logp, p.mask, p.A, p.old
     ratio = torch.exp(logp.detach() - old)
     eps_low, eps_high = trainer.epsilon_low, trainer.epsilon_high

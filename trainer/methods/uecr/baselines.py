@@ -82,7 +82,7 @@ def naive_hybrid_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Lo
     """L = L_clip(A_GRPO) + L_clip(opd_coef * delta) (reference §2.7): two clipped surrogates on one forward."""
     if not trainer.model.training:
         return trainer.trl_compute_loss(model, inputs)
-    p = policy_forward(trainer, model, inputs)
+    p = policy_forward(trainer, model, inputs, call.recorder)
     A_opd = inputs[TEACHER_DELTA_KEY] * trainer.args.opd_coef
     eps_low, eps_high = trainer.epsilon_low, trainer.epsilon_high
     per_token = ppo_token_loss(p, p.A, eps_low, eps_high) + ppo_token_loss(p, A_opd, eps_low, eps_high)
