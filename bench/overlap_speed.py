@@ -57,7 +57,10 @@ def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Pat
         "vllm_importance_sampling_correction": False, "max_staleness": staleness, "max_steps": opts.steps,
         "per_device_train_batch_size": opts.rollouts, "num_generations": 8,
         "max_completion_length": opts.completion_tokens, "temperature": 1.0, "learning_rate": opts.lr,
-        "lr_scheduler_type": "constant"})
+        "lr_scheduler_type": "constant",
+        # one token-budget chunk per micro-batch (the whole of it): both modes then run winnow's copy of TRL's loss,
+        # which logs the policy-to-sampler ratio (at s = 1 it runs anyway; TRL's own loss hides its log-probs)
+        "micro_batch_tokens": opts.rollouts * (opts.completion_tokens + 64)})
     trainer = WinnowGRPOTrainer(model=model, reward_funcs=[reward_token_parity], args=args,
                                 train_dataset=prompt_dataset(opts.rollouts * (opts.steps + 4)))
     clock = StepClock()

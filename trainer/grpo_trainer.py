@@ -341,7 +341,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             scale = self.max_completion_length * (1.0 if scale is None else scale)
         aggregate = (self.args.entropy_aggregation == "loss_type" and self.args.loss_variant == "none"
                      and trl_contact.entropy_bonus_enabled(self))
-        return LossCall(row_scale=scale if self.loss_type in ROW_NORMALISED else None, aggregate_entropy=aggregate)
+        return LossCall(row_scale=scale if self.loss_type in ROW_NORMALISED else None, aggregate_entropy=aggregate,
+                        sampler_ratio=self.args.max_staleness > 0)
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **kwargs):

@@ -44,10 +44,16 @@ class JsonHandler(BaseHTTPRequestHandler):
 
 class EmulatedVLLM:
     """The server; ``generation_s`` seconds per /v1/completions call. ``log``: ("reload", fingerprint) and
-    ("generate", reloads so far, fingerprint, the request's sampling settings as JSON) in arrival order."""
+    ("generate", reloads so far, fingerprint, the request's sampling settings as JSON) in arrival order.
 
-    def __init__(self, generation_s: float = 0.0):
+    ``lag`` > 0 makes a synchronous trainer's batches stale on purpose: each request is answered by the weights
+    loaded ``lag`` reloads before the last, so the trainer's own sync-generate-train loop (``max_staleness`` 0)
+    trains on exactly the rollouts that ``max_staleness`` = ``lag`` generates on a plain server."""
+
+    def __init__(self, generation_s: float = 0.0, lag: int = 0):
         self.generation_s = generation_s
+        self.lag = lag  # generate from the weights loaded ``lag`` reloads before the last (0: the last)
+        self.fingerprints: list[int] = []  # of every reload, in order
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.fingerprint = 0
@@ -79,9 +85,10 @@ class EmulatedVLLM:
         with self._lock:
             self.overlaps += self._generating > 0
             # coarse: weights that differ only by fp32 reduction order (1 vs 2 processes) get the same fingerprint
-            self.fingerprint = int(round(abs(total) * 10)) % 100_003
+            self.fingerprints.append(int(round(abs(total) * 10)) % 100_003)
+            self.fingerprint = self.fingerprints[max(0, len(self.fingerprints) - 1 - self.lag)]
             self.reloads += 1
-            self.log.append(("reload", self.fingerprint))
+            self.log.append(("reload", self.fingerprints[-1]))
 
     def _handler(self):
         fake = self

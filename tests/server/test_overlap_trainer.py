@@ -10,17 +10,31 @@ uninterrupted run for the resume."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from emulated_vllm import EmulatedVLLM
-from harness import BASE_ARGS, prompt_dataset, reward_token_parity, tiny_model_path
+from harness import (
+    BASE_ARGS,
+    prompt_dataset,
+    reward_length,
+    reward_token_parity,
+    tiny_model_path,
+)
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
 from trainer.config.errors import ConfigError
 from trainer.server import overlapped_generation
 from trainer.server.overlap import version_for
+from trainer.tools.assets import make_tiny_qwen3
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def teacher_path() -> str:
+    return str(make_tiny_qwen3(seed=7, hidden_size=32, intermediate_size=64))
 
 
 @pytest.fixture
@@ -30,13 +44,13 @@ def server():
     fake.stop()
 
 
-def make_trainer(server, tmp_path, **overrides):
+def make_trainer(server, tmp_path, reward_funcs=(reward_token_parity,), **overrides):
     args = WinnowConfig(output_dir=str(tmp_path), **{
         **BASE_ARGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": server.url,
         "vllm_server_timeout": 30, "vllm_request_timeout": 60, "weight_sync": "disk",
         "vllm_importance_sampling_correction": False, "learning_rate": 1e-2, "lr_scheduler_type": "constant",
         "max_steps": 4, **overrides})
-    return WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=[reward_token_parity], args=args,
+    return WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=list(reward_funcs), args=args,
                              train_dataset=prompt_dataset(64))
 
 
@@ -116,6 +130,73 @@ def test_s0_is_trls_loop_and_the_queue_at_s0_trains_it_bit_identically(server, t
             assert torch.equal(a[name], b[name]), (step, name)
     first, last = trl_steps[0], trl_steps[-1]
     assert any(not torch.equal(first[n], last[n]) for n in first)  # the steps moved the weights
+
+
+def reward_parity_shrunk_at_step_2(completions, completion_ids, trainer_state=None, **kwargs):
+    """:func:`reward_token_parity`, / 100 while generating for optimizer step 2: the within-group reward std falls
+    below a tenth of step 1's, so RAGEN's reward-variance stop (over 1 step) ends the run there."""
+    scale = 0.01 if trainer_state is not None and trainer_state.global_step + 1 == 2 else 1.0
+    return [scale * r for r in reward_token_parity(completions, completion_ids)]
+
+
+# The stages that run on a batch when it trains, at s = 1. RAGEN-2: the real SNR filter, the collapse probe every
+# step, token-budget chunks, and the reward-variance stop, which ends the run at step 2 while batch 2 is in flight.
+# UECR: the frozen teacher's scoring (PUU) and ECR's token credit, in token-budget chunks.
+COMPOSED = {
+    "ragen": (dict(rollout_filter="snr", snr_strategy="top_k", snr_value=0.5, collapse_detection=True,
+                   collapse_every=1, collapse_num_samples=4, micro_batch_tokens=24, reward_variance_stop_steps=1),
+              (reward_parity_shrunk_at_step_2,)),
+    "uecr": (dict(loss_type="dapo", advantage="uecr", micro_batch_tokens=24,
+                  teacher_micro_batch_size=3, beta=0.01), (reward_token_parity, reward_length)),
+}
+COMPARED = ("loss", "reward", "snr/", "collapse/", "uecr/", "teacher/", "grpodropout/", "reward_variance_stop/",
+            "tokens/", "async/is_ratio", "async/abs_log_ratio", "async/staleness", "async/policy_version")
+
+
+@pytest.mark.parametrize("recipe", list(COMPOSED))
+def test_stages_at_s1_train_as_the_sync_loop_on_the_same_stale_rollouts(tmp_path, recipe, teacher_path):
+    """With s = 1 the stages run on each batch when it trains, so they must decide and train exactly as TRL's
+    synchronous loop (s = 0, where each of them is tested) does when handed the same rollouts: there, a server that
+    answers each request from the weights one sync older (the emulator's lag 1) generates batch k from version
+    max(0, k - 1) too. Same rollouts in, so the same parameters after every step, bit for bit, and the same logged
+    decisions (filter, probe, teacher, token budget, stop), while the s = 1 run really overlapped."""
+    overrides, rewards = COMPOSED[recipe]
+    if overrides.get("advantage") == "uecr":
+        overrides = {**overrides, "teacher_model_name_or_path": teacher_path}
+    runs = {}
+    for s, lag in ((0, 1), (1, 0)):
+        server = EmulatedVLLM(generation_s=0.2, lag=lag).start()
+        try:
+            trainer = make_trainer(server, tmp_path / str(s), reward_funcs=rewards, max_staleness=s, max_steps=4,
+                                   **overrides)
+            snapshots = []
+            trainer.add_callback(Snapshot(trainer, snapshots))
+            trainer.train()
+        finally:
+            server.stop()
+        logged = [{k: v for k, v in h.items() if k.startswith(COMPARED) and not k.endswith(("_s", "seconds", "_mb"))}
+                  for h in trainer.state.log_history if "loss" in h]
+        runs[s] = (snapshots, generations(server), logged, trainer)
+    (sync_steps, sync_made, sync_logged, _), (steps, made, logged, overlapped) = runs[0], runs[1]
+    assert [f for _, f in made[:len(sync_made)]] == [f for _, f in sync_made]  # the same weights made each batch
+    assert len(steps) == len(sync_steps) == (2 if recipe == "ragen" else 4)  # RAGEN's stop ends both at step 2
+    for step, (a, b) in enumerate(zip(sync_steps, steps)):
+        for name in a:
+            assert torch.equal(a[name], b[name]), (step, name)
+    assert len(logged) == len(sync_logged)
+    for ours, sync in zip(logged, sync_logged):
+        del ours["async/staleness"], ours["async/policy_version"]
+        assert ours == sync
+    history = overlapped.state.log_history
+    assert [h["async/staleness"] for h in history if "async/staleness" in h][-1] == 1.0
+    if recipe == "ragen":
+        assert any(h.get("collapse/mi_estimate") is not None for h in history) or any(
+            k.startswith("collapse/") for h in history for k in h)
+        # batch 2, in flight when the stop came after step 2, was waited for and the worker stopped with the run
+        assert overlapped.hook("overlap").queue.in_flight() == [(2, 1)]
+        assert not any(t.name.startswith("winnow-generation") for t in threading.enumerate())
+    else:
+        assert any(k.startswith("uecr/") for h in history for k in h)
 
 
 class Snapshot:

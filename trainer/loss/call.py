@@ -104,6 +104,8 @@ class LossCall:
       caller multiplies the loss by ``policy_weight``; the loss multiplies its bonus by ``entropy_weight``.
     - ``chunked``: one of several calls for one micro-batch (never TRL's own loss then: its metrics reduce per call).
     - ``recorder``: where the loss records its logged metrics (:class:`LossRecorder`).
+    - ``sampler_ratio``: the policy-to-sampler ratio must be logged (``max_staleness`` > 0: what the staleness
+      costs, trainer/loss/forward.py), so winnow's copy of TRL's loss runs: TRL's own hides its log-probs.
     """
 
     row_scale: torch.Tensor | float | None = None
@@ -112,8 +114,9 @@ class LossCall:
     entropy_weight: float = 1.0
     chunked: bool = False
     recorder: LossRecorder = field(default_factory=LossRecorder)
+    sampler_ratio: bool = False
 
     @property
     def plain(self) -> bool:
         """Whether nothing of winnow changes TRL's loss for this call, so TRL's own ``_compute_loss`` computes it."""
-        return self.row_scale is None and not self.aggregate_entropy and not self.chunked
+        return self.row_scale is None and not self.aggregate_entropy and not self.chunked and not self.sampler_ratio
