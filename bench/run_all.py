@@ -119,6 +119,15 @@ def table(results: dict, stamps: dict[str, str]) -> str:
             f"training {phase(runs[0], 'timing_s/loss_fwd_bwd'):.1f} s, "
             f"sync {phase(runs[0], 'timing_s/weight_sync'):.2f} s)",
             f"{o['ratio_s1_vs_sync']:.2f}x", "≥ 1.5x (ideal (G + T + W) / (max(G, T) + W))"))
+        if all("async/abs_log_ratio/mean" in r for rs in runs.values() for r in rs):
+            rows.append((
+                f"what staleness costs: mean abs(log pi_theta - log pi_sampler) on the trained tokens, "
+                f"max_staleness 1 / 0 (lr {o['settings'].get('lr', 1e-5):g}; IS ratio range at s = 1: "
+                f"{min(r['async/is_ratio/min'] for r in runs[1]):.4f} .. "
+                f"{max(r['async/is_ratio/max'] for r in runs[1]):.4f})",
+                f"{phase(runs[1], 'async/abs_log_ratio/mean'):.2e} / "
+                f"{phase(runs[0], 'async/abs_log_ratio/mean'):.2e}",
+                "reported"))
     groups: dict[str, list[str]] = {}
     for name in results:
         groups.setdefault(stamps[name], []).append(name)

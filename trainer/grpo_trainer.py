@@ -367,6 +367,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _generate(self, prompts: list):
         """TRL's generation (rollout_func included), timed as ``timing_s/generation`` less the weight sync in it."""
         synced, start = self._timer.seconds.get("weight_sync", 0.0), time.perf_counter()
+        overlap = self.hook("overlap")
+        if overlap is not None and self.model.training and self.rollout_func is not None:
+            overlap.before_generate(self)  # TRL syncs before its rollout_func: nothing may be generating then
         try:
             return super()._generate(prompts)
         finally:
@@ -585,10 +588,11 @@ def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:
             "(or use_cpu is true)",
             "use weight_sync: disk (full weights through a shared folder) or lora (PEFT adapters), or 'auto'",
         )
-    if args.max_staleness > 0 and rollout_func is not None:
-        raise ConfigError("max_staleness", f"{args.max_staleness} overlaps one generation request per batch; a "
-                          f"rollout_func ({type(rollout_func).__name__}) sends its own requests, turn by turn",
-                          "use max_staleness: 0 with multi-turn environment rollouts")
+    if args.max_staleness > 0 and rollout_func is not None and not callable(getattr(rollout_func, "play_ahead", None)):
+        raise ConfigError("max_staleness", f"{args.max_staleness} plays each batch ahead, on the main process; this "
+                          f"rollout_func ({type(rollout_func).__name__}) sends its own requests from every process, "
+                          "turn by turn, and has no play_ahead(trainer, prompts) to do that",
+                          "use max_staleness: 0 with it (winnow's multi-turn environment rollout composes)")
     if args.old_logps_source != "sampler":
         return
     if not args.use_vllm and rollout_func is None:

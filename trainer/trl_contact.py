@@ -178,6 +178,13 @@ def tokenize_prompts(trainer: Any, prompts: list) -> tuple[list[list[int]], Any,
     return trainer._tokenize_prompts(prompts)  # noqa: SLF001
 
 
+def weights_synced_this_step(trainer: Any) -> bool:
+    """Whether TRL's own rollout path already put this optimizer step's weights on the server
+    (``GRPOTrainer._generate`` syncs before calling a ``rollout_func`` when ``state.global_step`` differs from its
+    ``_last_loaded_step``)."""
+    return getattr(trainer, "_last_loaded_step", None) == trainer.state.global_step
+
+
 def vllm_client(trainer: Any) -> Any:
     """The server-mode ``VLLMClient`` of TRL's generation backend (main process only), or None."""
     return getattr(vllm_generation(trainer), "vllm_client", None)

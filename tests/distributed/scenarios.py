@@ -213,6 +213,11 @@ SUITES = {
         # PPO: the critic is a DeepSpeed engine of its own, partitioned like the policy (value clipping at work in
         # the ddp suite's "ppo"; here the SNR filter, collapse checks, an empty step and token-budget chunks)
         "ppo_collapse_budget": (PPO_COLLAPSE_BUDGET, 3),
+        # overlapped generation (max_staleness 1, the HTTP emulator in the main process) under ZeRO-3: each sync
+        # gathers the partitioned weights on the trainer's thread between two requests; the teacher (partitioned
+        # too) scores each batch when it trains, in token-budget chunks
+        "overlap_uecr_budget": ({**UECR, "micro_batch_tokens": BUDGET_TOKENS, "max_staleness": 1,
+                                 "emulated_server": True, "learning_rate": 1e-3}, 3),
         # resume under ZeRO-3: both engines' shards (policy and critic, weights and optimizer) from the checkpoint
         "ppo_resume": (dict(loss_type="dapo", advantage="gae", critic_learning_rate=1e-2, resume_check=True), 2),
     },

@@ -242,6 +242,18 @@ def test_uecr_teacher_under_zero3(results):
     _check_teacher(out, partitioned=True)
 
 
+def test_overlapped_generation_under_zero3(results):
+    """max_staleness 1 under ZeRO-3 with the teacher and token-budget chunks: the server got the same requests from
+    the same weights as from one process (batch k from version max(0, k - 1)), no sync landed during a generation,
+    the decisions and parameters match one process, and the partitioned teacher ran as many forwards on each rank."""
+    out = _check_against_reference(results, "world2-zero3", "overlap_uecr_budget")
+    ref, two = out["ref"], out["ranks"][0]
+    assert ref["generations"] == two["generations"] and len(two["generations"]) == 4
+    assert [loaded for loaded, *_ in two["generations"]] == [1, 1, 2, 3]  # (reloads, fingerprint, settings)
+    assert ref["overlaps"] == two["overlaps"] == 0
+    _check_teacher(out, partitioned=True)
+
+
 def test_zero3_snr_collapse_and_skipped_step(results):
     """Under ZeRO-3 the collapse forward passes run on both ranks and the empty step goes through DeepSpeed's
     skip path: the final parameters equal the 1-process run's, where the step was skipped too."""

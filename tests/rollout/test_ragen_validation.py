@@ -38,7 +38,7 @@ def test_pass_at_group_size_matches_upstream(pattern):
         rows.append(_Row([1], [2], [1]))
     trainer = SimpleNamespace(accelerator=SimpleNamespace(device=torch.device("cpu"), gather=lambda t: t),
                               num_generations=4, num_generations_eval=1, _metrics={"train": defaultdict(list)})
-    MultiTurnRollout._log(trainer, episodes, rows, "train")
+    MultiTurnRollout._log(trainer, MultiTurnRollout._stats(episodes, rows), "train")
     expected = upstream_pass_at([float(p) for p in pattern], [i // 4 for i in range(len(pattern))])
     assert trainer._metrics["train"]["env/pass@4"] == [pytest.approx(expected)]
     assert trainer._metrics["train"]["env/success_rate"] == [pytest.approx(sum(pattern) / len(pattern))]

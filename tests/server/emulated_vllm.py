@@ -50,8 +50,10 @@ class EmulatedVLLM:
     loaded ``lag`` reloads before the last, so the trainer's own sync-generate-train loop (``max_staleness`` 0)
     trains on exactly the rollouts that ``max_staleness`` = ``lag`` generates on a plain server."""
 
-    def __init__(self, generation_s: float = 0.0, lag: int = 0):
+    def __init__(self, generation_s: float = 0.0, lag: int = 0, slow: dict[int, float] | None = None):
         self.generation_s = generation_s
+        self.slow = dict(slow or {})  # request ordinal (0-based) -> its seconds instead of generation_s
+        self.requests = 0
         self.lag = lag  # generate from the weights loaded ``lag`` reloads before the last (0: the last)
         self.fingerprints: list[int] = []  # of every reload, in order
         self.port = free_port()
@@ -66,9 +68,11 @@ class EmulatedVLLM:
 
     def completions(self, payload: dict, fingerprint: int) -> dict:
         choices = []
-        for prompt in payload["prompt"]:
+        for i, prompt in enumerate(payload["prompt"]):
             for j in range(payload.get("n", 1)):
-                seed = sum(prompt) * 31 + 7 * j + 13 * fingerprint
+                # the prompt's place in the request counts too: a multi-turn rollout sends a group's G identical
+                # contexts as G prompts with n = 1, and they must not all get the same answer
+                seed = sum(prompt) * 31 + 7 * j + 5 * i + 13 * fingerprint
                 length = 2 + seed % max(1, payload.get("max_tokens", 8) - 1)
                 toks = [1000 + (seed * (t + 3)) % 997 for t in range(length)]
                 lps = [-0.5 - 0.1 * (t % 4) for t in range(length)]
@@ -116,8 +120,9 @@ class EmulatedVLLM:
                 with fake._lock:
                     fake._generating += 1
                     fingerprint, reloads = fake.fingerprint, fake.reloads
+                    ordinal, fake.requests = fake.requests, fake.requests + 1
                 try:
-                    time.sleep(fake.generation_s)
+                    time.sleep(fake.slow.get(ordinal, fake.generation_s))
                     with fake._lock:
                         settings = json.dumps({k: v for k, v in payload.items() if k != "prompt"}, sort_keys=True)
                         fake.log.append(("generate", reloads, fingerprint, settings))

@@ -17,6 +17,7 @@ import torch
 from emulated_vllm import EmulatedVLLM
 from harness import (
     BASE_ARGS,
+    deterministic_rollout_func,
     prompt_dataset,
     reward_length,
     reward_token_parity,
@@ -44,14 +45,16 @@ def server():
     fake.stop()
 
 
-def make_trainer(server, tmp_path, reward_funcs=(reward_token_parity,), **overrides):
+def make_trainer(server, tmp_path, reward_funcs=(reward_token_parity,), rollout_func=None, train_dataset=None,
+                 **overrides):
     args = WinnowConfig(output_dir=str(tmp_path), **{
         **BASE_ARGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": server.url,
         "vllm_server_timeout": 30, "vllm_request_timeout": 60, "weight_sync": "disk",
         "vllm_importance_sampling_correction": False, "learning_rate": 1e-2, "lr_scheduler_type": "constant",
         "max_steps": 4, **overrides})
     return WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=list(reward_funcs), args=args,
-                             train_dataset=prompt_dataset(64))
+                             train_dataset=prompt_dataset(64) if train_dataset is None else train_dataset,
+                             rollout_func=rollout_func)
 
 
 def params(trainer) -> dict[str, torch.Tensor]:
@@ -199,6 +202,62 @@ def test_stages_at_s1_train_as_the_sync_loop_on_the_same_stale_rollouts(tmp_path
         assert any(k.startswith("uecr/") for h in history for k in h)
 
 
+def line_rollout():
+    """Levels of the Line walk (tests/line_env.py, the smallest text environment: short observations keep the
+    sequences short) and winnow's multi-turn rollout, 2 turns of up to 8 tokens, with the tiny model's chat template;
+    against the emulator the turns are garbage actions, which the environment scores (penalties)."""
+    from line_env import Line
+    from transformers import AutoTokenizer
+
+    from envs import available, register_env
+    from envs.episode import EpisodeSettings
+    from trainer.data.envs import level_dataset
+    from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
+
+    if "test-line" not in available():
+        register_env("test-line")(Line)
+    tok = AutoTokenizer.from_pretrained(tiny_model_path())
+    rollout = MultiTurnRollout("test-line", {}, EpisodeSettings(max_turns=2), 8, 0.5,
+                               ChatTokens(tok, training_chat_template(tok)))
+    return level_dataset("test-line", 64, 0), rollout
+
+
+def test_multi_turn_episodes_at_s1_train_as_the_sync_loop_on_the_same_stale_rollouts(tmp_path):
+    """Multi-turn environment episodes at s = 1: the main process plays every rank's episodes of batch k + 1 ahead,
+    turn by turn, on the weights of version k, while batch k trains. TRL's synchronous loop (s = 0; its rollout_func
+    path, every turn a collective request) against a server one sync behind plays the same episodes from the same
+    weights: the same requests in the same order, the same parameters after every step, the same env/* metrics."""
+    runs = {}
+    for s, lag in ((0, 1), (1, 0)):
+        levels, rollout = line_rollout()
+        # batch 1's first turn (request 2) outlasts training step 1: at s = 1 the sync before batch 2 must wait
+        server = EmulatedVLLM(generation_s=0.05, lag=lag, slow={2: 4.0}).start()
+        try:
+            trainer = make_trainer(server, tmp_path / str(s), rollout_func=rollout, train_dataset=levels,
+                                   max_staleness=s, max_steps=3, max_completion_length=112, loss_type="grpo",
+                                   per_device_train_batch_size=4)  # one group of 4 episodes: short and cheap
+            snapshots = []
+            trainer.add_callback(Snapshot(trainer, snapshots))
+            trainer.train()
+        finally:
+            server.stop()
+        env = [{k: v for k, v in h.items() if k.startswith("env/")} for h in trainer.state.log_history if "loss" in h]
+        assert server.overlaps == 0  # no reload landed during a turn's generation
+        assert [e[0] for e in server.log].count("reload") == 3  # one per step: TRL's (the queue's own is skipped)
+        runs[s] = (snapshots, [e[2:] for e in server.log if e[0] == "generate"], env, trainer)
+    (sync_steps, sync_made, sync_env, _), (steps, made, env, overlapped) = runs[0], runs[1]
+    assert len(sync_made) == 2 * 3  # two turns per batch (the observation fits max_completion_length once)
+    assert made[:len(sync_made)] == sync_made  # each turn from the same weights, with the same sampling settings
+    assert len(made) > len(sync_made)  # batch 3, played ahead and never trained
+    assert len(steps) == len(sync_steps) == 3
+    for step, (a, b) in enumerate(zip(sync_steps, steps)):
+        for name in a:
+            assert torch.equal(a[name], b[name]), (step, name)
+    assert any(not torch.equal(sync_steps[0][n], sync_steps[-1][n]) for n in sync_steps[0])
+    assert env == sync_env and all(e for e in env)
+    assert [h["async/staleness"] for h in overlapped.state.log_history if "async/staleness" in h] == [0.0, 1.0, 1.0]
+
+
 class Snapshot:
     """A callback keeping the parameters after every optimizer step."""
 
@@ -240,8 +299,8 @@ def test_resume_trains_the_stored_in_flight_batch_exactly(tmp_path):
 
 
 def test_what_overlap_cannot_order_is_refused(tmp_path):
-    """Outside server mode, with DAPO's refill rounds and with evaluation during training: refused naming
-    max_staleness, before any weights load."""
+    """Outside server mode, with DAPO's refill rounds, with evaluation during training and with a user's own
+    rollout_func: refused naming max_staleness, before any weights load."""
     with pytest.raises(ConfigError, match="max_staleness.*vllm_mode"):
         WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, max_staleness=1)
     server_args = dict(use_vllm=True, vllm_mode="server", vllm_importance_sampling_correction=False)
@@ -253,3 +312,9 @@ def test_what_overlap_cannot_order_is_refused(tmp_path):
                      eval_steps=1)
     with pytest.raises(ConfigError, match="max_staleness"):
         WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, **server_args, max_staleness=-1)
+    # a user's rollout_func sends its own requests from every process: refused (winnow's multi-turn one composes)
+    args = WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, **server_args, max_staleness=1, weight_sync="disk",
+                        vllm_server_base_url="http://127.0.0.1:9")
+    with pytest.raises(ConfigError, match="max_staleness.*play_ahead"):
+        WinnowGRPOTrainer(model="/nonexistent/model", reward_funcs=[reward_token_parity], args=args,
+                          train_dataset=prompt_dataset(8), rollout_func=deterministic_rollout_func)

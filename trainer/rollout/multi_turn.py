@@ -189,14 +189,7 @@ class VLLMServerBackend:
         every = gather_object(list(contexts))
         payload = [None]
         if acc.is_main_process and every:
-            extra = dict(t.args.generation_kwargs or {})
-            extra["stop_token_ids"] = list(stop_ids)
-            out = trl_contact.vllm_client(t).generate(
-                prompts=every, n=1, repetition_penalty=t.repetition_penalty, temperature=temperature,
-                top_p=t.top_p, top_k=t.top_k, min_p=t.min_p or 0.0, max_tokens=max_new_tokens, logprobs=0,
-                generation_kwargs=extra,
-            )
-            payload = [(out["completion_ids"], [[lp[0] for lp in row] for row in out["logprobs"]])]
+            payload = [server_request(t, every, max_new_tokens, temperature, stop_ids)]
         broadcast_object_list(payload, from_process=0)
         if payload[0] is None:
             return []
@@ -206,6 +199,44 @@ class VLLMServerBackend:
             Sample(list(i), list(lp))
             for i, lp in zip(ids[start : start + len(contexts)], logprobs[start : start + len(contexts)])
         ]
+
+
+class DirectServerBackend:
+    """TRL's vLLM client called by one process for contexts it already holds (every process's): no collective, so
+    it can run on the worker thread of overlapped generation (``max_staleness``;
+    trainer/server/overlapped_generation.py), which plays every process's episodes on the main process and hands
+    each rank its rows when the batch trains. Each turn's request is the one :class:`VLLMServerBackend` sends for
+    the same live episodes."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+
+    def session(self):
+        """Nothing to hold between turns (the overlap syncs the weights between two batches' episodes)."""
+        return nullcontext(self)
+
+    def generate(
+        self, contexts: list[list[int]], max_new_tokens: int, temperature: float, stop_ids: Sequence[int]
+    ) -> list[Sample]:
+        """One request for ``contexts``; a sample each."""
+        if not contexts:
+            return []
+        ids, logprobs = server_request(self.trainer, contexts, max_new_tokens, temperature, stop_ids)
+        return [Sample(list(i), list(lp)) for i, lp in zip(ids, logprobs)]
+
+
+def server_request(t: Any, contexts: list[list[int]], max_new_tokens: int, temperature: float,
+                   stop_ids: Sequence[int]) -> tuple[list[list[int]], list[list[float]]]:
+    """One completion per context from the vLLM server with TRL's sampling settings (the main process's call):
+    (sampled ids, their log-probs)."""
+    extra = dict(t.args.generation_kwargs or {})
+    extra["stop_token_ids"] = list(stop_ids)
+    out = trl_contact.vllm_client(t).generate(
+        prompts=contexts, n=1, repetition_penalty=t.repetition_penalty, temperature=temperature,
+        top_p=t.top_p, top_k=t.top_k, min_p=t.min_p or 0.0, max_tokens=max_new_tokens, logprobs=0,
+        generation_kwargs=extra,
+    )
+    return out["completion_ids"], [[lp[0] for lp in row] for row in out["logprobs"]]
 
 
 @dataclass
@@ -273,10 +304,35 @@ class MultiTurnRollout:
         return self.backend
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
-        """Play one episode per prompt; return TRL's rollout dict (ids, log-probs, env_mask, extras)."""
+        """Play one episode per prompt; return TRL's rollout dict (ids, log-probs, env_mask, extras). While training
+        with ``max_staleness`` > 0, the episodes of this batch played ahead (every process's, on the main process)
+        from the weights of exactly ``s`` batches ago."""
         backend = self._backend(trainer)
         training = trainer.model.training
+        overlap = trainer.hook("overlap") if training else None
+        if overlap is not None:
+            return overlap.rollout(trainer, prompts, lambda every: self.play_ahead(trainer, every),
+                                   lambda local: self._finish(trainer, local))
         temperature = trainer.temperature if training else self.eval_temperature
+        episodes, rows = self._play(prompts, trainer, backend, temperature)
+        self._log(trainer, self._stats(episodes, rows), "train" if training else "eval")
+        return self._output(episodes, rows, isinstance(backend, VLLMServerBackend))
+
+    def play_ahead(self, trainer: Any, prompts: list) -> dict[str, Any]:
+        """Every process's episodes of a generation batch, played by the main process on the worker of overlapped
+        generation (no collective): the rollout dict of all rows, with each row's logged statistics."""
+        episodes, rows = self._play(prompts, trainer, DirectServerBackend(trainer), trainer.temperature)
+        return {**self._output(episodes, rows, True), "_env_stats": self._stats(episodes, rows)}
+
+    def _finish(self, trainer: Any, local: dict[str, Any]) -> dict[str, Any]:
+        """This rank's rows of :meth:`play_ahead`'s dict, when the batch trains: log them (collective), return TRL's
+        rollout dict."""
+        local = dict(local)
+        self._log(trainer, local.pop("_env_stats"), "train")
+        return local
+
+    def _play(self, prompts: list, trainer: Any, backend: Any, temperature: float) -> tuple[list[Episode], list]:
+        """Play one episode per prompt with ``backend``: the episodes and their token rows."""
         episodes = []
         for prompt in prompts:
             name, seed = parse_level_prompt(prompt)
@@ -298,11 +354,14 @@ class MultiTurnRollout:
         for row in rows:  # an episode over before its first turn (a level that starts solved) still needs a token
             if not row.completion:
                 row.append([self.chat.turn_end_id], model=False)
-        self._log(trainer, episodes, rows, "train" if training else "eval")
+        return episodes, rows
+
+    def _output(self, episodes: list[Episode], rows: list, with_logprobs: bool) -> dict[str, Any]:
+        """TRL's rollout dict of played episodes."""
         return {
             "prompt_ids": [r.prompt for r in rows],
             "completion_ids": [r.completion for r in rows],
-            "logprobs": [r.logprobs for r in rows] if isinstance(backend, VLLMServerBackend) else None,
+            "logprobs": [r.logprobs for r in rows] if with_logprobs else None,
             "env_mask": [r.env_mask for r in rows],
             **self._extras(episodes, rows),
         }
@@ -335,13 +394,17 @@ class MultiTurnRollout:
         return extras
 
     @staticmethod
-    def _log(trainer: Any, episodes: list[Episode], rows: list[_Row], mode: str) -> None:
+    def _stats(episodes: list[Episode], rows: list[_Row]) -> list[list[float]]:
+        """Each episode's logged numbers (:meth:`_log`'s columns)."""
+        return [[ep.episode_return, float(ep.success), len(ep.turns), sum(t.executed for t in ep.turns),
+                 sum(t.penalty != 0 for t in ep.turns) / max(len(ep.turns), 1), float(r.truncated),
+                 float(sum(r.env_mask)), float(len(r.env_mask) - sum(r.env_mask))] for ep, r in zip(episodes, rows)]
+
+    @staticmethod
+    def _log(trainer: Any, stats: list[list[float]], mode: str) -> None:
         """Batch means over every process (collective), and pass@G: the share of prompt groups with at least one
         solved episode (RAGEN's ``pass@{group_size}``, es_manager.py:349-360; rows of a group are contiguous in
         the gathered batch, as TRL orders them)."""
-        stats = [[ep.episode_return, float(ep.success), len(ep.turns), sum(t.executed for t in ep.turns),
-                  sum(t.penalty != 0 for t in ep.turns) / max(len(ep.turns), 1), float(r.truncated),
-                  float(sum(r.env_mask)), float(len(r.env_mask) - sum(r.env_mask))] for ep, r in zip(episodes, rows)]
         local = torch.tensor(stats, dtype=torch.float64, device=trainer.accelerator.device).reshape(-1, 8)
         every = trainer.accelerator.gather(local)
         names = ("return", "success_rate", "turns", "actions", "penalised_turn_fraction", "truncated_fraction",

@@ -123,12 +123,17 @@ class GenerationQueue:
             raise RuntimeError(f"policy version {version} is older than the server's {self.server_version}")
         if version == self.server_version:
             return
-        start = self._clock()
-        for _, future in list(self._in_flight.values()):
-            future.exception()  # waits; a failed request is raised by take(), in batch order
-        self._stats.sync_wait_s += self._clock() - start
+        self.wait()
         self._sync(version)
         self.server_version = version
+
+    def wait(self) -> None:
+        """Wait for every generation in flight (the wait is ``sync_wait_s``): nothing runs on the server after it
+        until the next :meth:`submit`. A failed request is raised by :meth:`take`, in batch order."""
+        start = self._clock()
+        for _, future in list(self._in_flight.values()):
+            future.exception()
+        self._stats.sync_wait_s += self._clock() - start
 
     def take(self, index: int) -> Generated:
         """Batch ``index``'s result, waiting for it when needed (the wait is ``generation_wait_s``); a failed

@@ -10,14 +10,20 @@ prompts of the batches ahead come from a second pass over the trainer's own data
 TRL's loop hands the trainer only the batch it trains. The sync is TRL's backend's ``sync_weights`` (NCCL, disk or
 LoRA as configured), called by the queue between two requests.
 
+Multi-turn environment episodes (winnow's ``rollout_func``, trainer/rollout/multi_turn.py) are played ahead the same
+way, whole: the main process plays every rank's episodes of a batch on the worker, turn by turn, from the batch's
+version (:meth:`OverlappedGeneration.rollout`); TRL's rollout path syncs the weights itself just before it calls the
+rollout, once the generations in flight are done (:meth:`OverlappedGeneration.before_generate`).
+
 Hook ``overlap`` (trainer/pipeline/hooks.py): built when ``max_staleness`` > 0; its checkpoint file holds the batches
 in flight (waited for), so a resume trains exactly the rollouts the uninterrupted run trains.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
@@ -83,26 +89,22 @@ class OverlappedGeneration:
         self.staleness = trainer.args.max_staleness
         self.main = trainer.accelerator.is_main_process
         self.lookahead = PromptLookahead(trainer)
-        # the server may hold any weights when training starts: version 0 (the initial policy) is synced first
-        self.queue = GenerationQueue(self.staleness, self._post if self.main else _nothing, self._sync,
-                                     server_version=-1)
+        # the server may hold any weights when training starts: version 0 (the initial policy) is synced first. A
+        # request is what the main process runs on the worker (a call); the other ranks run nothing
+        self.queue = GenerationQueue(self.staleness, _call if self.main else _nothing, self._sync, server_version=-1)
 
     # --- what the trainer calls ------------------------------------------------------------------------------
 
     def completions(self, trainer: Any, prompt_ids: list[list[int]], num_generations: int):
         """``_generate_single_turn``'s answer for the current generation batch: (completion ids, the sampled
         tokens' log-probs), from the weights of version ``max(0, k - s)``."""
-        buffer = trainer.generation_buffer
-        k = buffer.micro_step // buffer.micro_steps_per_batch
+        k = _batch_index(trainer)
         # version k (the weights that trained on batches 0 .. k - 1) to the server, then the requests up to k + s;
         # batch k itself is requested here only at the run's start, from the prompts TRL hands over
         self.queue.start_batch(k, lambda j: self._request(prompt_ids if j == k else self._prompt_ids(trainer, j),
                                                           num_generations))
         generated = self.queue.take(k)
-        payload = [generated.output]
-        if trainer.accelerator.num_processes > 1:
-            broadcast_object_list(payload, from_process=0)
-        all_prompt_ids, all_completion_ids, all_logprobs = payload[0]
+        all_prompt_ids, all_completion_ids, all_logprobs = self._broadcast(generated.output)
         rank = trainer.accelerator.process_index
         rows = slice(rank * len(prompt_ids), (rank + 1) * len(prompt_ids))
         expected = [ids for ids in all_prompt_ids for _ in range(num_generations)][rows]
@@ -113,6 +115,33 @@ class OverlappedGeneration:
         logprobs = None if all_logprobs is None else [[lp[0] for lp in seq] for seq in all_logprobs[rows]]
         self._log(trainer, k, generated.version)
         return completion_ids, logprobs
+
+    def before_generate(self, trainer: Any) -> None:
+        """Before TRL's ``_generate`` with a ``rollout_func``: it syncs the step's weights before calling it, so the
+        generations in flight (all from older weights) must be done first."""
+        self.queue.wait()
+
+    def rollout(self, trainer: Any, prompts: list, play_ahead: Callable[[list], dict[str, Any]],
+                finish: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """A ``rollout_func``'s answer for the current generation batch, played ahead from the weights of version
+        ``max(0, k - s)`` (winnow's multi-turn rollout: trainer/rollout/multi_turn.py). ``play_ahead(every
+        process's prompts)`` runs on the main process's worker with no collective and returns the rollout dict of
+        all rows (per-row lists); ``finish(this rank's rows)`` runs when the batch trains (it may be collective).
+        TRL synced this step's weights before the call (:meth:`before_generate`); the queue's sync skips them."""
+        k = _batch_index(trainer)
+        self.queue.start_batch(k, lambda j: self._rollout_request(
+            prompts if j == k else [x["prompt"] for x in self.lookahead.batch(j)], play_ahead))
+        generated = self.queue.take(k)
+        everything = self._broadcast(generated.output)
+        rank = trainer.accelerator.process_index
+        rows = slice(rank * len(prompts), (rank + 1) * len(prompts))
+        if everything["_prompts"][rows] != list(prompts):
+            raise RuntimeError(f"generation batch {k}: the prompts played ahead are not the prompts the training loop "
+                               "handed over (the lookahead dataloader diverged from the trainer's)")
+        local = {key: value[rows] if isinstance(value, list) else value
+                 for key, value in everything.items() if key != "_prompts"}
+        self._log(trainer, k, generated.version)
+        return finish(local)
 
     def save_checkpoint(self, trainer: Any, folder: str) -> None:
         """The queue's counters and every batch in flight, waited for (all ranks wait; the main process writes)."""
@@ -138,11 +167,27 @@ class OverlappedGeneration:
             raise NotImplementedError("max_staleness > 0 does not send images yet")
         return prompt_ids
 
-    def _request(self, prompt_ids: list[list[int]], num_generations: int) -> dict[str, Any] | None:
+    def _request(self, prompt_ids: list[list[int]], num_generations: int) -> Callable[[], tuple] | None:
         """Gather every rank's prompt ids (collective): the main process's POST of the unique ones (None on the
         other ranks, which send nothing)."""
-        everyone = gather_object(prompt_ids) if self.trainer.accelerator.num_processes > 1 else list(prompt_ids)
-        return {"prompts": everyone[::num_generations], "n": num_generations} if self.main else None
+        everyone = self._gather(prompt_ids)
+        request = {"prompts": everyone[::num_generations], "n": num_generations}
+        return functools.partial(self._post, request) if self.main else None
+
+    def _rollout_request(self, prompts: list, play_ahead: Callable[[list], dict[str, Any]]) -> Callable | None:
+        """Gather every rank's prompts (collective): the main process plays all their episodes."""
+        everyone = self._gather(prompts)
+        return functools.partial(_played, play_ahead, everyone) if self.main else None
+
+    def _gather(self, rows: list) -> list:
+        return gather_object(rows) if self.trainer.accelerator.num_processes > 1 else list(rows)
+
+    def _broadcast(self, output: Any) -> Any:
+        """The main process's result of a batch, on every rank."""
+        payload = [output]
+        if self.trainer.accelerator.num_processes > 1:
+            broadcast_object_list(payload, from_process=0)
+        return payload[0]
 
     def _post(self, request: dict[str, Any]) -> tuple:
         """The main process's request, on the queue's worker: TRL's client and sampling settings."""
@@ -151,8 +196,10 @@ class OverlappedGeneration:
         return output["prompt_ids"], output["completion_ids"], output["logprobs"]
 
     def _sync(self, version: int) -> None:
-        """Put the trainer's current weights (``version``) on the server: TRL's backend's sync (collective)."""
-        trl_contact.vllm_generation(self.trainer).sync_weights()
+        """Put the trainer's current weights (``version``) on the server: TRL's backend's sync (collective) -- unless
+        TRL's rollout path synced this step's weights just before (:meth:`before_generate`)."""
+        if not trl_contact.weights_synced_this_step(self.trainer):
+            trl_contact.vllm_generation(self.trainer).sync_weights()
 
     def _log(self, trainer: Any, k: int, version: int) -> None:
         metrics = trl_contact.metrics(trainer)
@@ -179,6 +226,22 @@ def sampling_params(backend: Any, n: int) -> dict[str, Any]:
         "structured_outputs_regex": backend.structured_outputs_regex,
         "generation_kwargs": backend.generation_kwargs,
     }
+
+
+def _batch_index(trainer: Any) -> int:
+    """The generation batch the trainer is at (TRL's loop: one per ``steps_per_generation`` micro-steps)."""
+    buffer = trainer.generation_buffer
+    return buffer.micro_step // buffer.micro_steps_per_batch
+
+
+def _call(request: Callable[[], Any]) -> Any:
+    """The main process's request, on the queue's worker."""
+    return request()
+
+
+def _played(play_ahead: Callable[[list], dict[str, Any]], prompts: list) -> dict[str, Any]:
+    """``play_ahead``'s rollout dict of ``prompts``, with the prompts (checked against those the loop hands over)."""
+    return {**play_ahead(prompts), "_prompts": list(prompts)}
 
 
 def _nothing(request: Any) -> None:
