@@ -188,6 +188,28 @@ def test_lora_sync_hot_swaps_the_adapter(server, tmp_path):
           f"{[round(r['metrics']['weight_sync/seconds'], 3) for r in records]}")
 
 
+def test_overlap_with_lora_sync(server, tmp_path):
+    """max_staleness 1 with weight_sync: lora: each sync, between two requests, hot-swaps the adapter the trainer
+    holds (the server then scores the probe like the trainer), and the policy-to-sampler ratio on the trained tokens
+    shows the batch of staleness: on step 1 batch 0 comes from the initial weights the trainer still holds (bf16
+    rounding only), on steps 2 and 3 from the adapter one step older than the trainer's."""
+    from peft import LoraConfig
+
+    restore_base(server["url"], server["model"])
+    peft_config = LoraConfig(r=LORA_RANK, lora_alpha=64, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                          "gate_proj", "up_proj", "down_proj"])
+    trainer = make_trainer(server, tmp_path, "lora", steps=3, lr=2e-1, peft_config=peft_config, max_staleness=1,
+                           vllm_importance_sampling_correction=False)
+    records = record_syncs(trainer)
+    trainer.train()
+    check_syncs(records, expected=3)  # versions 0, 1, 2: the initial adapter, then after steps 1 and 2
+    history = trainer.state.log_history
+    assert [h["async/staleness"] for h in history if "async/staleness" in h] == [0.0, 1.0, 1.0]
+    drift = [h["async/abs_log_ratio/mean"] for h in history if "async/abs_log_ratio/mean" in h]
+    print(f"\noverlap + lora: mean |log pi_theta - log pi_sampler| per step {[round(d, 4) for d in drift]}")
+    assert len(drift) == 3 and drift[0] <= TOL and min(drift[1:]) > 10 * TOL
+
+
 def test_multi_turn_rollout_through_the_server(server, tmp_path):
     """The Sokoban recipe's multi-turn rollout with the server backend: every turn's tokens sampled by the server
     (its log-probs come back with them), the weights synced by disk before the rollout."""
