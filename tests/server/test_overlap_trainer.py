@@ -46,7 +46,7 @@ def server():
 
 
 def make_trainer(server, tmp_path, reward_funcs=(reward_token_parity,), rollout_func=None, train_dataset=None,
-                 **overrides):
+                 eval_dataset=None, **overrides):
     args = WinnowConfig(output_dir=str(tmp_path), **{
         **BASE_ARGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": server.url,
         "vllm_server_timeout": 30, "vllm_request_timeout": 60, "weight_sync": "disk",
@@ -54,7 +54,7 @@ def make_trainer(server, tmp_path, reward_funcs=(reward_token_parity,), rollout_
         "max_steps": 4, **overrides})
     return WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=list(reward_funcs), args=args,
                              train_dataset=prompt_dataset(64) if train_dataset is None else train_dataset,
-                             rollout_func=rollout_func)
+                             eval_dataset=eval_dataset, rollout_func=rollout_func)
 
 
 def params(trainer) -> dict[str, torch.Tensor]:
@@ -306,18 +306,61 @@ def test_resume_trains_the_stored_in_flight_batch_exactly(tmp_path):
         assert torch.equal(p, q), name
 
 
+def test_evaluation_between_overlapped_batches(tmp_path):
+    """Evaluation every 2 steps at s = 1: before it the trainer waits for the batch in flight (generation, 0.5 s,
+    is slower than a step), TRL's evaluation syncs the current weights and generates from them, and training goes
+    on as if nothing happened: the same training requests from the same weights and the same parameters after
+    every step as the run without evaluation, the next batch's sync left out where TRL's already put its weights
+    on the server."""
+    runs = {}
+    for name, extra in (("plain", {}), ("eval", dict(eval_strategy="steps", eval_steps=2))):
+        server = EmulatedVLLM(generation_s=0.5).start()
+        try:
+            trainer = make_trainer(server, tmp_path / name, max_staleness=1, num_generations_eval=2,
+                                   eval_dataset=prompt_dataset(4), **extra)
+            snapshots = []
+            trainer.add_callback(Snapshot(trainer, snapshots))
+            trainer.train()
+        finally:
+            server.stop()
+        assert server.overlaps == 0
+        runs[name] = (snapshots, list(server.log), trainer)
+    (plain_steps, plain_log, _), (steps, log, evaluated) = runs["plain"], runs["eval"]
+    is_eval = lambda e: e[0] == "generate" and '"n": 2' in e[3]  # noqa: E731  (num_generations_eval 2)
+    training = [e[2] for e in log if e[0] == "generate" and not is_eval(e)]
+    assert training == [e[2] for e in plain_log if e[0] == "generate"]
+    assert len(steps) == len(plain_steps) == 4
+    # the same rollouts, so the same update up to fp32 summation order: TRL shuffles each batch's rows with the global
+    # RNG (shuffle_sequence_dict), which evaluation advances (measured: 0 before the first evaluation, <= 1.2e-7 after)
+    for step, (a, b) in enumerate(zip(plain_steps, steps)):
+        for key in a:
+            assert torch.allclose(a[key], b[key], rtol=0, atol=1e-6), (step, key)
+            assert step >= 2 or torch.equal(a[key], b[key]), (step, key)
+    # each evaluation generated from the weights TRL synced just before it: the trainer's after steps 2 and 4
+    evals, last_reload = [], None
+    for entry in log:
+        if entry[0] == "reload":
+            last_reload = entry[1]
+        elif is_eval(entry):
+            assert entry[2] == last_reload
+            evals.append(entry)
+    # versions 0, 1 and 3 synced by the queue; version 2 by TRL's evaluation after step 2 (the queue's sync of it was
+    # left out), and the evaluation after step 4
+    assert evals and [e[0] for e in log].count("reload") == 5
+    plain_reloads = [e[1] for e in plain_log if e[0] == "reload"]
+    assert evals[0][2] == plain_reloads[2]  # after step 2: version 2, which the plain run synced for batch 3
+    assert sum("eval_loss" in h or "eval_reward" in h for h in evaluated.state.log_history) == 2
+
+
 def test_what_overlap_cannot_order_is_refused(tmp_path):
-    """Outside server mode, with DAPO's refill rounds, with evaluation during training and with a user's own
-    rollout_func: refused naming max_staleness, before any weights load."""
+    """Outside server mode, with DAPO's refill rounds and with a user's own rollout_func: refused naming
+    max_staleness, before any weights load."""
     with pytest.raises(ConfigError, match="max_staleness.*vllm_mode"):
         WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, max_staleness=1)
     server_args = dict(use_vllm=True, vllm_mode="server", vllm_importance_sampling_correction=False)
     with pytest.raises(ConfigError, match="max_staleness.*dynamic sampling"):
         WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, **server_args, max_staleness=1, dynamic_sampling=True,
                      loss_type="dapo")
-    with pytest.raises(ConfigError, match="max_staleness.*eval_strategy"):
-        WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, **server_args, max_staleness=1, eval_strategy="steps",
-                     eval_steps=1)
     with pytest.raises(ConfigError, match="max_staleness"):
         WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, **server_args, max_staleness=-1)
     # a user's rollout_func sends its own requests from every process: refused (winnow's multi-turn one composes)

@@ -127,6 +127,13 @@ class GenerationQueue:
         self._sync(version)
         self.server_version = version
 
+    def server_reloaded(self) -> None:
+        """Someone else loaded weights on the server (TRL's evaluation syncs its own): the next :meth:`publish`
+        syncs whatever it is asked for. Call it only with nothing in flight (:meth:`wait`)."""
+        if any(not future.done() for _, future in self._in_flight.values()):
+            raise RuntimeError("the server's weights changed while a generation was in flight")
+        self.server_version = -1
+
     def wait(self) -> None:
         """Wait for every generation in flight (the wait is ``sync_wait_s``): nothing runs on the server after it
         until the next :meth:`submit`. A failed request is raised by :meth:`take`, in batch order."""

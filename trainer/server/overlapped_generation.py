@@ -249,12 +249,24 @@ def _nothing(request: Any) -> None:
     return None
 
 
-class CloseAtTrainEnd(TrainerCallback):
-    """The requests still in flight when training ends (the ``s`` batches ahead) are waited for, and the worker
-    stopped: no thread outlives the run, and the server is idle when ``train()`` returns."""
+class OverlapCallback(TrainerCallback):
+    """Evaluation and the end of training around the overlapped requests.
+
+    - Before an evaluation (``control.should_evaluate`` at a step's end): evaluation generates through TRL's own
+      path, which first syncs the weights of that moment, so the generations in flight are waited for, and the
+      queue learns that the server no longer holds the version it published. At a generation batch's end those
+      weights are the next batch's version: its publish then finds them synced by TRL at this step and sends
+      nothing (``weights_synced_this_step``); after a step inside a batch it syncs.
+    - At the end of training the requests still in flight (the ``s`` batches ahead) are waited for, and the worker
+      stopped: no thread outlives the run, and the server is idle when ``train()`` returns."""
 
     def __init__(self, overlap: OverlappedGeneration):
         self.overlap = overlap
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_evaluate:
+            self.overlap.queue.wait()
+            self.overlap.queue.server_reloaded()
 
     def on_train_end(self, args, state, control, **kwargs):
         self.overlap.queue.close()
@@ -262,7 +274,7 @@ class CloseAtTrainEnd(TrainerCallback):
 
 @register_hook("overlap", enabled=lambda args: getattr(args, "max_staleness", 0) > 0)
 def build(trainer: Any) -> OverlappedGeneration:
-    """Overlapped generation for a run with ``max_staleness`` > 0, and the callback that ends it with the run."""
+    """Overlapped generation for a run with ``max_staleness`` > 0, and its callback (evaluation, the run's end)."""
     overlap = OverlappedGeneration(trainer)
-    trainer.add_callback(CloseAtTrainEnd(overlap))
+    trainer.add_callback(OverlapCallback(overlap))
     return overlap
