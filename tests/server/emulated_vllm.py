@@ -50,9 +50,12 @@ class EmulatedVLLM:
     loaded ``lag`` reloads before the last, so the trainer's own sync-generate-train loop (``max_staleness`` 0)
     trains on exactly the rollouts that ``max_staleness`` = ``lag`` generates on a plain server."""
 
-    def __init__(self, generation_s: float = 0.0, lag: int = 0, slow: dict[int, float] | None = None):
+    def __init__(self, generation_s: float = 0.0, lag: int = 0, slow: dict[int, float] | None = None,
+                 fail: set[int] | None = None, fail_from: int | None = None):
         self.generation_s = generation_s
         self.slow = dict(slow or {})  # request ordinal (0-based) -> its seconds instead of generation_s
+        # HTTP 500 for these request ordinals (a retry is a new request), and for every one from fail_from on
+        self.fail, self.fail_from = set(fail or ()), fail_from
         self.requests = 0
         self.lag = lag  # generate from the weights loaded ``lag`` reloads before the last (0: the last)
         self.fingerprints: list[int] = []  # of every reload, in order
@@ -121,6 +124,11 @@ class EmulatedVLLM:
                     fake._generating += 1
                     fingerprint, reloads = fake.fingerprint, fake.reloads
                     ordinal, fake.requests = fake.requests, fake.requests + 1
+                if ordinal in fake.fail or (fake.fail_from is not None and ordinal >= fake.fail_from):
+                    with fake._lock:
+                        fake._generating -= 1
+                        fake.log.append(("failed", ordinal))
+                    return self._send(500, {"error": "engine dead"})
                 try:
                     time.sleep(fake.slow.get(ordinal, fake.generation_s))
                     with fake._lock:

@@ -10,6 +10,7 @@ uninterrupted run for the resume."""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -304,6 +305,40 @@ def test_resume_trains_the_stored_in_flight_batch_exactly(tmp_path):
     assert [f for _, f in made] == [f for _, f in generations(whole_server)[3:]]
     for (name, p), (_, q) in zip(whole.model.named_parameters(), resumed.model.named_parameters()):
         assert torch.equal(p, q), name
+
+
+def test_failed_requests_in_flight_are_retried_or_reported_as_in_sync_mode(tmp_path):
+    """A request in flight that the server answers with HTTP 500 once is retried by TRL's client, as in sync mode,
+    and the run trains exactly what it trains without the failure. One that keeps failing is reported when its
+    batch is taken: the same error as sync mode's, after the same optimizer steps (batch 2 fails: 2 steps done)."""
+    def run(name, s, **faults):
+        server = EmulatedVLLM(generation_s=0.05, **faults).start()
+        trainer = make_trainer(server, tmp_path / name, max_staleness=s)
+        try:
+            trainer.train()
+            return trainer, params(trainer), None
+        except Exception as error:  # noqa: BLE001  (the test compares what each mode raises)
+            return trainer, None, error
+        finally:
+            if trainer.hook("overlap") is not None:
+                trainer.hook("overlap").queue.close()  # whatever is still in flight finishes
+            attempts[s] = sum(entry[0] == "failed" for entry in server.log)
+            server.stop()
+
+    attempts = {}
+    _, clean, _ = run("clean", 1)
+    _, retried, error = run("retried", 1, fail={2})  # batch 2's first request
+    assert error is None
+    for key in clean:
+        assert torch.equal(clean[key], retried[key]), key
+    failures = {}
+    for s in (0, 1):
+        trainer, _, error = run(f"failing{s}", s, fail_from=2)
+        message = re.sub(r"127\.0\.0\.1:\d+|port=\d+|\d+\.\d+s", "_", str(error))  # the server's port, the seconds
+        failures[s] = (type(error), message, trainer.state.global_step)
+    assert failures[0] == failures[1], failures
+    assert failures[1][2] == 2 and "too many 500 error responses" in failures[1][1]
+    assert attempts[0] == attempts[1] > 1  # batch 2's attempts only: nothing was sent after its failure
 
 
 def test_evaluation_between_overlapped_batches(tmp_path):

@@ -201,19 +201,12 @@ class VLLMServerBackend:
         ]
 
 
-class DirectServerBackend:
+class DirectServerBackend(VLLMServerBackend):
     """TRL's vLLM client called by one process for contexts it already holds (every process's): no collective, so
     it can run on the worker thread of overlapped generation (``max_staleness``;
     trainer/server/overlapped_generation.py), which plays every process's episodes on the main process and hands
     each rank its rows when the batch trains. Each turn's request is the one :class:`VLLMServerBackend` sends for
     the same live episodes."""
-
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
-
-    def session(self):
-        """Nothing to hold between turns (the overlap syncs the weights between two batches' episodes)."""
-        return nullcontext(self)
 
     def generate(
         self, contexts: list[list[int]], max_new_tokens: int, temperature: float, stop_ids: Sequence[int]

@@ -93,7 +93,13 @@ class GenerationQueue:
         """The trainer's side of the protocol at the start of generation batch ``index`` (its weights are version
         ``index``): :meth:`publish` that version, then :meth:`submit` every batch up to ``index + s``, each request
         built by ``request_of(batch index)`` (so at the run's start batches ``0 .. s``, then one per batch). The
-        batch is then :meth:`take`-n."""
+        batch is then :meth:`take`-n. If its request failed, the failure is raised here, before anything else is
+        sent."""
+        self.wait()
+        if index in self._in_flight and self._in_flight[index][1].exception() is not None:
+            # the batch about to train failed: raised now, as sync mode raises its request's failure, before any
+            # further sync or request
+            self.take(index)
         self.publish(index)
         while self.next_index <= index + self.staleness:
             self.submit(request_of(self.next_index))
