@@ -387,6 +387,54 @@ def test_evaluation_between_overlapped_batches(tmp_path):
     assert sum("eval_loss" in h or "eval_reward" in h for h in evaluated.state.log_history) == 2
 
 
+def test_resume_with_multi_turn_episodes_in_flight(tmp_path):
+    """At s = 1 a checkpoint after step 2 stores batch 2's episodes, played ahead by version 1. A run resumed from it
+    against a restarted server (TRL's rollout path syncs first, the queue leaves its own sync out) trains them
+    without playing them again and ends bit-identical to the run that was not interrupted."""
+    settings = dict(max_staleness=1, max_steps=4, max_completion_length=112, loss_type="grpo",
+                    per_device_train_batch_size=4, save_strategy="steps", save_steps=2)
+    runs = {}
+    for name in ("whole", "resumed"):
+        levels, rollout = line_rollout()
+        server = EmulatedVLLM(generation_s=0.02).start()
+        try:
+            trainer = make_trainer(server, tmp_path / name, rollout_func=rollout, train_dataset=levels, **settings)
+            trainer.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-2") if name == "resumed"
+                          else None)
+        finally:
+            server.stop()
+        runs[name] = (trainer, [e[2] for e in server.log if e[0] == "generate"])
+    (whole, whole_made), (resumed, made) = runs["whole"], runs["resumed"]
+    assert len(made) == 2 * 2 and made == whole_made[-4:]  # batches 3 and 4, two turns each, from the same weights
+    for (name, p), (_, q) in zip(whole.model.named_parameters(), resumed.model.named_parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_low_success_stop_on_multi_turn_evaluations(tmp_path):
+    """RAGEN's low-success stop at s = 1: multi-turn training episodes played ahead, multi-turn evaluations through
+    TRL's rollout path between them (the trainer waits for the episodes in flight first), and the stop after two
+    failed evaluations in a row lands at the same step as in the synchronous loop, with no reload during a
+    generation and no worker left."""
+    stopped = {}
+    for s in (0, 1):
+        levels, rollout = line_rollout()
+        server = EmulatedVLLM(generation_s=0.05).start()
+        try:
+            trainer = make_trainer(server, tmp_path / str(s), rollout_func=rollout, train_dataset=levels,
+                                   eval_dataset=levels.select(range(4)), max_staleness=s, max_steps=4,
+                                   max_completion_length=112, loss_type="grpo", per_device_train_batch_size=4,
+                                   eval_strategy="steps", eval_steps=1, num_generations_eval=1,
+                                   per_device_eval_batch_size=4, low_success_stop_steps=2)
+            trainer.train()
+        finally:
+            server.stop()
+        assert server.overlaps == 0
+        evaluations = [h["eval_env/success_rate"] for h in trainer.state.log_history if "eval_env/success_rate" in h]
+        stopped[s] = (trainer.state.global_step, evaluations)
+    assert stopped[0] == stopped[1] == (2, [0.0, 0.0])  # garbage actions never solve the walk
+    assert not any(t.name.startswith("winnow-generation") for t in threading.enumerate())
+
+
 def test_what_overlap_cannot_order_is_refused(tmp_path):
     """Outside server mode, with DAPO's refill rounds and with a user's own rollout_func: refused naming
     max_staleness, before any weights load."""
