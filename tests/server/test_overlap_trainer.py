@@ -253,6 +253,8 @@ def test_multi_turn_episodes_at_s1_train_as_the_sync_loop_on_the_same_stale_roll
         env = [{k: v for k, v in h.items() if k.startswith("env/")} for h in trainer.state.log_history if "loss" in h]
         assert server.overlaps == 0  # no reload landed during a turn's generation
         assert [e[0] for e in server.log].count("reload") == 3  # one per step: TRL's (the queue's own is skipped)
+        if s == 1:  # the worker encoded with a tokenizer of its own (a fast tokenizer is not thread-safe)
+            assert rollout._ahead.chat.tokenizer is not rollout.chat.tokenizer
         runs[s] = (snapshots, [e[2:] for e in server.log if e[0] == "generate"], env, trainer)
     (sync_steps, sync_made, sync_env, _), (steps, made, env, overlapped) = runs[0], runs[1]
     assert len(sync_made) == 2 * 3  # two turns per batch (the observation fits max_completion_length once)

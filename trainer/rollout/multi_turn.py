@@ -271,6 +271,7 @@ class MultiTurnRollout:
         self.prefill = prefill
         self.prefill_ids = chat.encode(prefill) if prefill else []
         self.backend: LocalBackend | VLLMServerBackend | None = None
+        self._ahead: MultiTurnRollout | None = None  # play_ahead's copy, with a tokenizer of its own
 
     @staticmethod
     def returns_logprobs(args: Any) -> bool:
@@ -313,7 +314,17 @@ class MultiTurnRollout:
 
     def play_ahead(self, trainer: Any, prompts: list) -> dict[str, Any]:
         """Every process's episodes of a generation batch, played by the main process on the worker of overlapped
-        generation (no collective): the rollout dict of all rows, with each row's logged statistics."""
+        generation (no collective): the rollout dict of all rows, with each row's logged statistics. The worker
+        plays with its own copy of the chat tokens: a fast tokenizer is not safe to share between threads (each
+        encode resets its padding and truncation state, which the trainer's thread may be using)."""
+        if self._ahead is None:
+            self._ahead = MultiTurnRollout(self.env, self.env_kwargs, self.settings, self.turn_max_tokens,
+                                           self.eval_temperature, copy.deepcopy(self.chat), prefill=self.prefill)
+        return self._ahead.play_all(trainer, prompts)
+
+    def play_all(self, trainer: Any, prompts: list) -> dict[str, Any]:
+        """:meth:`play_ahead`'s episodes, played with this rollout's own chat tokens through the server, by the
+        calling process alone (no collective)."""
         episodes, rows = self._play(prompts, trainer, DirectServerBackend(trainer), trainer.temperature)
         return {**self._output(episodes, rows, True), "_env_stats": self._stats(episodes, rows)}
 

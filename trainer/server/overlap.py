@@ -104,7 +104,6 @@ class GenerationQueue:
         while self.next_index <= index + self.staleness:
             self.submit(request_of(self.next_index))
 
-
     def submit(self, request: Any) -> int:
         """Send batch :attr:`next_index`'s request to the worker; returns its index. Refused unless the server holds
         that batch's version (:func:`version_for`): the caller publishes first."""
