@@ -165,13 +165,19 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: D401
         """TRL's reward computation (gathered over processes), with reward failures raised on every rank; with the
         think prefill, single-turn replies are scored with it in front (the multi-turn rollout parses its own)."""
-        if self.args.think_prefill and self.rollout_func is None:
-            completions = with_prefill(completions, THINK_PREFILL)
+        completions = self.completions_as_scored(completions)
         with self.phase("reward"):
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._reward_guard.raise_if_failed(self.accelerator)
         self.global_rewards_per_func = rewards_per_func
         return rewards_per_func
+
+    def completions_as_scored(self, completions: list) -> list:
+        """TRL's decoded completions as winnow's reward functions see them: with the think prefill in front of
+        single-turn replies (the multi-turn rollout parses its own)."""
+        if self.args.think_prefill and self.rollout_func is None:
+            return with_prefill(completions, THINK_PREFILL)
+        return completions
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's generation and scoring, then the stage pipeline on the global batch (training only;

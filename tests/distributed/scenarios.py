@@ -197,6 +197,11 @@ SUITES = {
         # turned fp32 reduction noise in small gradients into 1.2e-5)
         "overlap": (dict(loss_type="dapo", rollout_filter="none", max_staleness=1, emulated_server=True,
                          learning_rate=1e-3), 3),
+        # and with dynamic sampling: the main process scores every rank's rows on arrival and generates the refill
+        # rounds from its global refill stream; each rank's own refill stream must hand over the same prompts
+        "overlap_dynamic_sampling": (dict(loss_type="dapo", dynamic_sampling=True, unique_prompts=True,
+                                          reward_funcs=[reward_parity_constant_for_multiples_of(3)], max_staleness=1,
+                                          emulated_server=True, learning_rate=1e-3), 3),
     },
     # Same scenario as ddp's filter_dapo, so the 1-process reference of the ddp suite serves both.
     "zero3": {

@@ -23,7 +23,8 @@ DDP_SCENARIOS = ["filter_dapo", "filter_grpo_kl_accum", "off_dr_grpo", "filter_g
                  # token-budget chunks; bnpo is left out: its normaliser counts each rank's own tokens, so 2
                  # processes differ from 1 by TRL's definition (chunked vs unchunked bnpo is checked below)
                  "tail_grpo_kl_accum", "budget_grpo_kl_accum", "tail_dr_grpo", "budget_dr_grpo", "tail_dapo",
-                 "budget_dapo", "balanced_grpo_kl_accum", "balanced_dapo_all_kept", "overlap"]
+                 "budget_dapo", "balanced_grpo_kl_accum", "balanced_dapo_all_kept", "overlap",
+                 "overlap_dynamic_sampling"]
 PARAM_TOL = 1e-5  # fp32 reduction order differs between 1 and 2 processes; measured max diff ~4e-7
 
 

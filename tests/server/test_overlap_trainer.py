@@ -211,6 +211,85 @@ def test_stages_at_s1_train_as_the_sync_loop_on_the_same_stale_rollouts(tmp_path
         assert any(k.startswith(prefix) for h in history for k in h)
 
 
+def reward_all_correct_every_third(completions, completion_ids, answer, **kwargs):
+    """An accuracy-like reward for dynamic sampling: 1.0 for every rollout of a prompt whose answer is a multiple of 3
+    (a constant group, replaced by refill rounds), token parity otherwise (a mixed group)."""
+    parity = reward_token_parity(completions, completion_ids)
+    return [1.0 if int(a) % 3 == 0 else p for a, p in zip(answer, parity)]
+
+
+DYNAMIC = dict(dynamic_sampling=True, dynamic_sampling_metric="reward_all_correct_every_third", loss_type="dapo",
+               max_num_gen_batches=3, dynamic_sampling_on_limit="partial", max_steps=5)
+
+
+def test_dynamic_sampling_at_s1_generates_refills_from_the_batchs_weights(tmp_path):
+    """DAPO's refill rounds at s = 1 are decided when a batch arrives (its rows scored on the worker) and generated
+    at once, by the weights that generated the batch. TRL's synchronous loop against a server one sync behind
+    generates each batch and its refills from the same weights, so: the same requests from the same weights in the
+    same order, the same refill decisions logged, and the same parameters after every step, bit for bit. A resume
+    from step 2, with batch 3 and its refills stored in flight, ends bit-identical too."""
+    runs = {}
+    for s, lag in ((0, 1), (1, 0)):
+        server = EmulatedVLLM(generation_s=0.05, lag=lag).start()
+        try:
+            trainer = make_trainer(server, tmp_path / str(s), reward_funcs=(reward_all_correct_every_third,),
+                                   max_staleness=s, save_strategy="steps", save_steps=2, **DYNAMIC)
+            snapshots = []
+            trainer.add_callback(Snapshot(trainer, snapshots))
+            trainer.train()
+        finally:
+            server.stop()
+        logged = [{k: v for k, v in h.items() if k.startswith(("dynamic_sampling/", "reward", "loss"))}
+                  for h in trainer.state.log_history if "loss" in h]
+        assert server.overlaps == 0
+        runs[s] = (snapshots, generations(server), logged, trainer)
+    (sync_steps, sync_made, sync_logged, _), (steps, made, logged, overlapped) = runs[0], runs[1]
+    rounds = [h["dynamic_sampling/gen_batches"] for h in sync_logged]
+    assert sum(rounds) > len(rounds)  # refill rounds were generated: the test compares them
+    assert len(sync_made) == sum(rounds)  # one request per round
+    assert [f for _, f in made[:len(sync_made)]] == [f for _, f in sync_made]  # the same weights made each round
+    assert len(made) > len(sync_made)  # batch 5, generated ahead (with its refills) and never trained
+    assert logged == sync_logged
+    assert len(steps) == len(sync_steps) == 5
+    for step, (a, b) in enumerate(zip(sync_steps, steps)):
+        for name in a:
+            assert torch.equal(a[name], b[name]), (step, name)
+    assert [h["async/staleness"] for h in overlapped.state.log_history if "async/staleness" in h][-1] == 1.0
+
+    server = EmulatedVLLM(generation_s=0.05).start()
+    try:
+        resumed = make_trainer(server, tmp_path / "resumed", reward_funcs=(reward_all_correct_every_third,),
+                               max_staleness=1, **DYNAMIC)
+        resumed.train(resume_from_checkpoint=str(tmp_path / "1" / "checkpoint-2"))
+    finally:
+        server.stop()
+    assert [f for _, f in generations(server)] == [f for _, f in made[len(made) - len(generations(server)):]]
+    for (name, p), (_, q) in zip(overlapped.model.named_parameters(), resumed.model.named_parameters()):
+        assert torch.equal(p, q), name
+
+
+def reward_constant_on_arrival(completions, completion_ids, answer, **kwargs):
+    """Every group constant when scored off the main thread (on arrival, on the generation worker), mixed when the
+    trainer scores it: a reward that does not depend on the rows alone."""
+    if threading.current_thread() is not threading.main_thread():
+        return [1.0] * len(completions)
+    return reward_token_parity(completions, completion_ids)
+
+
+def test_dynamic_sampling_stops_when_arrival_and_training_disagree(tmp_path):
+    """A reward that scores a batch differently on arrival and when it trains would train on refill rounds chosen
+    for other rewards: the run stops at the next batch with the reason, before training on it."""
+    server = EmulatedVLLM(generation_s=0.02).start()
+    try:
+        trainer = make_trainer(server, tmp_path, reward_funcs=(reward_constant_on_arrival,), max_staleness=1,
+                               **{**DYNAMIC, "dynamic_sampling_metric": "reward"})
+        with pytest.raises(RuntimeError, match="batch 0: dynamic sampling asked for fewer refill rounds.*trainer_st"):
+            trainer.train()
+    finally:
+        server.stop()
+    assert trainer.state.global_step == 1
+
+
 def line_rollout():
     """Levels of the Line walk (tests/line_env.py, the smallest text environment: short observations keep the
     sequences short) and winnow's multi-turn rollout, 2 turns of up to 8 tokens, with the tiny model's chat template;
@@ -437,15 +516,13 @@ def test_low_success_stop_on_multi_turn_evaluations(tmp_path):
     assert not any(t.name.startswith("winnow-generation") for t in threading.enumerate())
 
 
-def test_what_overlap_cannot_order_is_refused(tmp_path):
-    """Outside server mode, with DAPO's refill rounds and with a user's own rollout_func: refused naming
-    max_staleness, before any weights load."""
+def test_what_overlap_cannot_order_is_refused(server, tmp_path):
+    """Outside server mode and with a user's own rollout_func: refused naming max_staleness, before any weights
+    load; with dynamic sampling, a reward model (dynamic sampling scores on arrival, on the generation worker):
+    refused when the trainer is built."""
     with pytest.raises(ConfigError, match="max_staleness.*vllm_mode"):
         WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, max_staleness=1)
     server_args = dict(use_vllm=True, vllm_mode="server", vllm_importance_sampling_correction=False)
-    with pytest.raises(ConfigError, match="max_staleness.*dynamic sampling"):
-        WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, **server_args, max_staleness=1, dynamic_sampling=True,
-                     loss_type="dapo")
     with pytest.raises(ConfigError, match="max_staleness"):
         WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS, **server_args, max_staleness=-1)
     # a user's rollout_func sends its own requests from every process: refused (winnow's multi-turn one composes)
@@ -454,3 +531,5 @@ def test_what_overlap_cannot_order_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="max_staleness.*play_ahead"):
         WinnowGRPOTrainer(model="/nonexistent/model", reward_funcs=[reward_token_parity], args=args,
                           train_dataset=prompt_dataset(8), rollout_func=deterministic_rollout_func)
+    with pytest.raises(ConfigError, match="max_staleness.*reward model"):
+        make_trainer(server, tmp_path, reward_funcs=(tiny_model_path(),), max_staleness=1, **DYNAMIC)

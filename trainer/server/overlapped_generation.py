@@ -89,6 +89,12 @@ class OverlappedGeneration:
         self.staleness = trainer.args.max_staleness
         self.main = trainer.accelerator.is_main_process
         self.lookahead = PromptLookahead(trainer)
+        self.dynamic_sampling = bool(trainer.args.dynamic_sampling)
+        if self.dynamic_sampling:
+            _check_dynamic_sampling(trainer)
+        self._fill = None  # DAPO's refill rounds generated on arrival (methods/dynamic_sampling/ahead.py), built once
+        self._rounds: list = []  # the rounds of the batch being trained that its refills have not taken yet
+        self._rounds_of = -1  # ... and that batch's index
         # the server may hold any weights when training starts: version 0 (the initial policy) is synced first. A
         # request is what the main process runs on the worker (a call); the other ranks run nothing
         self.queue = GenerationQueue(self.staleness, _call if self.main else _nothing, self._sync, server_version=-1)
@@ -97,23 +103,39 @@ class OverlappedGeneration:
 
     def completions(self, trainer: Any, prompt_ids: list[list[int]], num_generations: int):
         """``_generate_single_turn``'s answer for the current generation batch: (completion ids, the sampled
-        tokens' log-probs), from the weights of version ``max(0, k - s)``."""
+        tokens' log-probs), from the weights of version ``max(0, k - s)``. With dynamic sampling, the batch's later
+        calls (its refill rounds) take the rounds generated on its arrival, in order."""
         k = _batch_index(trainer)
+        if self.dynamic_sampling and self._rounds_of == k:
+            if not self._rounds:
+                raise RuntimeError(_ROUNDS_DIFFER.format(k=k, what="more refill rounds than"))
+            return self._slice(trainer, k, self._rounds.pop(0), prompt_ids, num_generations)
+        if self._rounds:
+            raise RuntimeError(_ROUNDS_DIFFER.format(k=self._rounds_of, what="fewer refill rounds than"))
         # version k (the weights that trained on batches 0 .. k - 1) to the server, then the requests up to k + s;
         # batch k itself is requested here only at the run's start, from the prompts TRL hands over
         self.queue.start_batch(k, lambda j: self._request(prompt_ids if j == k else self._prompt_ids(trainer, j),
-                                                          num_generations))
+                                                          num_generations, j))
         generated = self.queue.take(k)
-        all_prompt_ids, all_completion_ids, all_logprobs = self._broadcast(generated.output)
+        output = self._broadcast(generated.output)
+        if self.dynamic_sampling:
+            self._rounds, self._rounds_of = list(output["rounds"]), k
+            output = self._rounds.pop(0)
+        self._log(trainer, k, generated.version)
+        return self._slice(trainer, k, output, prompt_ids, num_generations)
+
+    def _slice(self, trainer: Any, k: int, output: tuple, prompt_ids: list[list[int]], num_generations: int):
+        """This rank's rows of one round's answer (every rank's), checked against the prompts the loop handed over."""
+        all_prompt_ids, all_completion_ids, all_logprobs = output
         rank = trainer.accelerator.process_index
         rows = slice(rank * len(prompt_ids), (rank + 1) * len(prompt_ids))
         expected = [ids for ids in all_prompt_ids for _ in range(num_generations)][rows]
         if [list(p) for p in expected] != [list(p) for p in prompt_ids]:
             raise RuntimeError(f"generation batch {k}: the prompts generated ahead are not the prompts the training "
-                               "loop handed over (the lookahead dataloader diverged from the trainer's)")
+                               "loop handed over (the lookahead dataloader, or dynamic sampling's refill stream, "
+                               "diverged from the trainer's)")
         completion_ids = all_completion_ids[rows]
         logprobs = None if all_logprobs is None else [[lp[0] for lp in seq] for seq in all_logprobs[rows]]
-        self._log(trainer, k, generated.version)
         return completion_ids, logprobs
 
     def before_generate(self, trainer: Any) -> None:
@@ -144,8 +166,11 @@ class OverlappedGeneration:
         return finish(local)
 
     def save_checkpoint(self, trainer: Any, folder: str) -> None:
-        """The queue's counters and every batch in flight, waited for (all ranks wait; the main process writes)."""
+        """The queue's counters and every batch in flight, waited for (all ranks wait; the main process writes),
+        with the refill batches those batches used."""
         state = self.queue.state_dict()
+        if self.dynamic_sampling:
+            state["dynamic_sampling_ahead"] = self._fill_ahead().state_dict()
         if self.main:
             torch.save(state, os.path.join(folder, CHECKPOINT_FILE))
 
@@ -155,7 +180,10 @@ class OverlappedGeneration:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{folder} holds no {CHECKPOINT_FILE}: it was written with max_staleness 0, and "
                                     "its run generated no batch ahead; resume it with max_staleness: 0")
-        self.queue.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if self.dynamic_sampling:
+            self._fill_ahead().load_state_dict(state.pop("dynamic_sampling_ahead", {"consumed": 0}))
+        self.queue.load_state_dict(state)
 
     # --- the two halves of TRL's request ---------------------------------------------------------------------
 
@@ -167,12 +195,29 @@ class OverlappedGeneration:
             raise NotImplementedError("max_staleness > 0 does not send images yet")
         return prompt_ids
 
-    def _request(self, prompt_ids: list[list[int]], num_generations: int) -> Callable[[], tuple] | None:
+    def _request(self, prompt_ids: list[list[int]], num_generations: int, k: int) -> Callable[[], Any] | None:
         """Gather every rank's prompt ids (collective): the main process's POST of the unique ones (None on the
-        other ranks, which send nothing)."""
+        other ranks, which send nothing). With dynamic sampling, every rank's rows too: the main process scores
+        them on arrival and generates the refill rounds they need (methods/dynamic_sampling/ahead.py)."""
         everyone = self._gather(prompt_ids)
+        if self.dynamic_sampling:
+            rows = self._gather(list(self.lookahead.batch(k)))
+            if not self.main:
+                return None
+            self._fill_ahead().top_up(self.staleness + 1)  # at most s + 1 batches unfinished, this one included
+            return functools.partial(self._rounds_ahead, everyone, rows, num_generations)
         request = {"prompts": everyone[::num_generations], "n": num_generations}
         return functools.partial(self._post, request) if self.main else None
+
+    def _rounds_ahead(self, prompt_ids: list[list[int]], rows: list[dict[str, Any]], n: int) -> dict[str, list]:
+        """On the worker: every round of one batch, refills decided on arrival."""
+        post = lambda unique: self._post({"prompts": unique, "n": n})  # noqa: E731
+        return {"rounds": self._fill_ahead().rounds(post, prompt_ids, rows)}
+
+    def _fill_ahead(self) -> Any:
+        if self._fill is None:
+            self._fill = self.trainer.hook("dynamic_sampling").ahead()
+        return self._fill
 
     def _rollout_request(self, prompts: list, play_ahead: Callable[[list], dict[str, Any]]) -> Callable | None:
         """Gather every rank's prompts (collective): the main process plays all their episodes."""
@@ -209,6 +254,27 @@ class OverlappedGeneration:
         metrics["async/generation_wait_s"].append(stats.generation_wait_s)
         metrics["async/sync_wait_s"].append(stats.sync_wait_s)
         metrics["async/train_wait_s"].append(stats.train_wait_s)
+
+
+_ROUNDS_DIFFER = (
+    "generation batch {k}: dynamic sampling asked for {what} the rounds generated when the batch arrived. The "
+    "reward functions scored the same rows differently at arrival and when the batch trained (a reward that reads "
+    "trainer_state or draws random numbers); with max_staleness > 0 dynamic sampling needs rewards that depend on "
+    "the rows alone, or use max_staleness: 0")
+
+
+def _check_dynamic_sampling(trainer: Any) -> None:
+    """What dynamic sampling's arrival-time scoring cannot run: a model reward (on the trainer's devices, not the
+    worker's), a rollout_func's episodes (played whole on the worker, their rewards scored by the environment)."""
+    if trainer.rollout_func is not None:
+        raise ConfigError("max_staleness", "dynamic sampling with multi-turn episodes would replay whole refill "
+                          "episodes on arrival", "use max_staleness: 0 with dynamic_sampling and environment rollouts")
+    models = [name for name, f in zip(trainer.reward_func_names, trainer.reward_funcs, strict=True)
+              if isinstance(f, torch.nn.Module)]
+    if models:
+        raise ConfigError("max_staleness", f"dynamic sampling scores each batch on arrival, on the generation worker; "
+                          f"the reward model(s) {models} run on the trainer's devices",
+                          "use max_staleness: 0 with reward models and dynamic_sampling")
 
 
 def sampling_params(backend: Any, n: int) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from trainer import trl_contact
 from trainer.algorithms.dapo import mixed_groups
 from trainer.algorithms.grpo import total_reward
 from trainer.config.errors import ConfigError
+from trainer.methods.dynamic_sampling.ahead import FillAhead
 from trainer.pipeline import trained_batch_metrics
 from trainer.pipeline.batch import gather_padded
 from trainer.pipeline.compaction import LEFT_PADDED, gather_key, pad_value, row_keys, trim_padding
@@ -66,16 +67,7 @@ class DynamicSampler:
     # --- refill stream ------------------------------------------------------------------------------
 
     def _dataloader(self):
-        t = self.trainer
-        sampler_fn = lambda dataset: RepeatSampler(  # noqa: E731
-            data_source=dataset,
-            mini_repeat_count=t.num_generations,
-            batch_size=t.args.generation_batch_size // t.num_generations,
-            repeat_count=1,
-            shuffle=True,
-            seed=t.args.seed + REFILL_SEED_OFFSET,
-        )
-        return trl_contact.training_dataloader(t, "Dynamic sampling refill", sampler_fn)
+        return trl_contact.training_dataloader(self.trainer, "Dynamic sampling refill", refill_sampler(self.trainer))
 
     def _next_refill(self) -> list[dict[str, Any]]:
         # Each new DataLoader iterator draws its base seed from the global torch RNG. Forked here, the refill stream
@@ -132,11 +124,12 @@ class DynamicSampler:
     # --- filling --------------------------------------------------------------------------------------
 
     def _metric(self, R_k: torch.Tensor) -> torch.Tensor:
-        t = self.trainer
-        name = t.args.dynamic_sampling_metric
-        if name == "reward":
-            return total_reward(R_k, t.reward_weights.to(R_k.device))
-        return R_k[:, t.reward_func_names.index(name)]
+        return sampling_metric(self.trainer, R_k)
+
+    def ahead(self) -> FillAhead:
+        """The main process's side of this sampler for overlapped generation (``max_staleness`` > 0): the refill
+        rounds of a batch generated on its arrival, from the batch's own weights (ahead.py)."""
+        return FillAhead(self.trainer, self._dataloader().dataset, refill_sampler(self.trainer), self._metric)
 
     def fill(self, output: dict[str, Any], generate) -> tuple[dict[str, Any], torch.Tensor | None, dict[str, float]]:
         """Return (this rank's batch, initial global keep mask or None when nothing is dropped, metrics).
@@ -227,6 +220,28 @@ class DynamicSampler:
             if k not in local and torch.is_tensor(v) and v.dim() == 0:
                 local[k] = v
         return local
+
+
+def refill_sampler(trainer: Any):
+    """The refill stream's sampler factory: TRL's ``RepeatSampler`` over whole generation batches, seeded apart from
+    the main stream (``seed + REFILL_SEED_OFFSET``)."""
+    return lambda dataset: RepeatSampler(
+        data_source=dataset,
+        mini_repeat_count=trainer.num_generations,
+        batch_size=trainer.args.generation_batch_size // trainer.num_generations,
+        repeat_count=1,
+        shuffle=True,
+        seed=trainer.args.seed + REFILL_SEED_OFFSET,
+    )
+
+
+def sampling_metric(trainer: Any, R_k: torch.Tensor) -> torch.Tensor:
+    """The value whose spread within a group makes it mixed: the weighted total reward, or one reward function's
+    (``dynamic_sampling_metric``), from the rewards per function ``R_k`` (N, K)."""
+    name = trainer.args.dynamic_sampling_metric
+    if name == "reward":
+        return total_reward(R_k, trainer.reward_weights.to(R_k.device))
+    return R_k[:, trainer.reward_func_names.index(name)]
 
 
 def _concat_rows(parts: list[dict[str, torch.Tensor]], pad_token_id: int) -> dict[str, torch.Tensor]:
