@@ -114,15 +114,20 @@ class OverlappedGeneration:
             raise RuntimeError(_ROUNDS_DIFFER.format(k=self._rounds_of, what="fewer refill rounds than"))
         # version k (the weights that trained on batches 0 .. k - 1) to the server, then the requests up to k + s;
         # batch k itself is requested here only at the run's start, from the prompts TRL hands over
-        self.queue.start_batch(k, lambda j: self._request(prompt_ids if j == k else self._prompt_ids(trainer, j),
-                                                          num_generations, j))
-        generated = self.queue.take(k)
-        output = self._broadcast(generated.output)
+        output = self._take(trainer, k, lambda j: self._request(
+            prompt_ids if j == k else self._prompt_ids(trainer, j), num_generations, j))
         if self.dynamic_sampling:
             self._rounds, self._rounds_of = list(output["rounds"]), k
             output = self._rounds.pop(0)
-        self._log(trainer, k, generated.version)
         return self._slice(trainer, k, output, prompt_ids, num_generations)
+
+    def _take(self, trainer: Any, k: int, request_of: Callable[[int], Any]) -> Any:
+        """Batch ``k``'s result on every rank, after the protocol's start of the batch (``request_of(j)``: batch
+        ``j``'s request, for the batches it sends), and its staleness and waits logged."""
+        self.queue.start_batch(k, request_of)
+        generated = self.queue.take(k)
+        self._log(trainer, k, generated.version)
+        return self._broadcast(generated.output)
 
     def _slice(self, trainer: Any, k: int, output: tuple, prompt_ids: list[list[int]], num_generations: int):
         """This rank's rows of one round's answer (every rank's), checked against the prompts the loop handed over."""
@@ -151,10 +156,8 @@ class OverlappedGeneration:
         all rows (per-row lists); ``finish(this rank's rows)`` runs when the batch trains (it may be collective).
         TRL synced this step's weights before the call (:meth:`before_generate`); the queue's sync skips them."""
         k = _batch_index(trainer)
-        self.queue.start_batch(k, lambda j: self._rollout_request(
+        everything = self._take(trainer, k, lambda j: self._rollout_request(
             prompts if j == k else [x["prompt"] for x in self.lookahead.batch(j)], play_ahead))
-        generated = self.queue.take(k)
-        everything = self._broadcast(generated.output)
         rank = trainer.accelerator.process_index
         rows = slice(rank * len(prompts), (rank + 1) * len(prompts))
         if everything["_prompts"][rows] != list(prompts):
@@ -162,7 +165,6 @@ class OverlappedGeneration:
                                "handed over (the lookahead dataloader diverged from the trainer's)")
         local = {key: value[rows] if isinstance(value, list) else value
                  for key, value in everything.items() if key != "_prompts"}
-        self._log(trainer, k, generated.version)
         return finish(local)
 
     def save_checkpoint(self, trainer: Any, folder: str) -> None:
