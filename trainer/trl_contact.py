@@ -178,6 +178,16 @@ def tokenize_prompts(trainer: Any, prompts: list) -> tuple[list[list[int]], Any,
     return trainer._tokenize_prompts(prompts)  # noqa: SLF001
 
 
+def run_as_forward(wrapper: Any, inner: Any, method: Callable[..., Any], **inputs: Any) -> Any:
+    """``method`` run inside ``wrapper(**inputs)`` in place of ``inner.forward`` for that one call (TRL's
+    ``_ForwardRedirection``, trl==1.16.0:trl/models/utils.py:345, which its distillation trainer runs its loss
+    through): the wrapper's hooks -- ZeRO-3's fetch-trace reset on the root module -- fire around ``method``."""
+    # heavy: trl.models.utils costs ~2 s of imports (DeepSpeed's helpers), and only the teacher needs it
+    from trl.models.utils import _ForwardRedirection
+
+    return _ForwardRedirection()(wrapper, inner, method, **inputs)
+
+
 def weights_synced_this_step(trainer: Any) -> bool:
     """Whether TRL's own rollout path already put this optimizer step's weights on the server
     (``GRPOTrainer._generate`` syncs before calling a ``rollout_func`` when ``state.global_step`` differs from its

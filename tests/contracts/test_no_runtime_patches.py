@@ -88,9 +88,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/guards/empty_steps.py", "optimizer.step"): "library: HF Trainer calls optimizer.step() with no skip "
                                                          "hook (an empty or non-finite step)",
     ("trainer/guards/empty_steps.py", "optimizer.overflow"): "library: DeepSpeed ZeRO's own skip flag for a step",
-    ("trainer/methods/uecr/teacher.py", "inner.forward"): "library: ZeRO-3's root-module hooks fire only around "
-                                                          "forward (TRL's _ForwardRedirection does the same)",
-    ("trainer/methods/uecr/teacher.py", "module.forward"): "library: restores the forward redirected above",
     ("trainer/server/weight_sync.py", "client_module.is_vllm_available"): "library: TRL's VLLMClient refuses to "
                                                                           "exist without vLLM importable, which "
                                                                           "HTTP generation does not need",

@@ -120,14 +120,15 @@ def test_row_micro_batches_pay_for_their_own_longest_row(teacher_path):
 
 
 def test_scoring_leaves_the_models_own_forward_in_place(teacher_path):
-    """Scoring runs inside the root's forward by swapping it for one call: afterwards a plain model has its class's
-    forward again and a model with TRL's fused LM head (an instance-level forward) keeps that one, still working."""
+    """Scoring runs inside the root's forward by swapping it for one call (TRL's forward redirection): afterwards a
+    plain model runs its class's forward again (TRL puts it back as the bound method) and a model with TRL's fused LM
+    head (an instance-level forward) keeps that one, still working."""
     from trl.trainer.utils import add_fused_lm_head
 
     plain = AutoModelForCausalLM.from_pretrained(teacher_path).eval()
     ids, mask, T = padded_batch()
     score_tokens(plain, ids, mask, T)
-    assert "forward" not in plain.__dict__
+    assert plain.forward.__func__ is type(plain).forward and plain.forward.__self__ is plain
     fused = AutoModelForCausalLM.from_pretrained(teacher_path).eval()
     add_fused_lm_head(fused)
     patched = fused.forward

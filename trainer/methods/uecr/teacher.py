@@ -40,6 +40,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from trl.models import prepare_deepspeed
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
+from trainer import trl_contact
 from trainer.pipeline.token_budget import equal_forward_fillers, plan_trimmed, row_extents, shortest_row
 
 
@@ -114,28 +115,9 @@ def _root_inner(model: Any) -> Any:
 def through_root(model: Any, fn: Any, **inputs: Any) -> Any:
     """``fn()`` run as the forward of ``model``'s root module, called with ``inputs`` (which its hooks see; ``fn``
     takes its own), so the root's forward hooks fire around it (ZeRO-3's trace reset and fetches: see the module
-    docstring). TRL's ``_ForwardRedirection`` (trl==1.16.0:trl/models/utils.py:345) in small: the root's ``forward``
-    is replaced for one call and restored inside it."""
-    inner = _root_inner(model)
-    original = inner.__dict__.get("forward")  # an instance-level forward (TRL's fused head patches one) or None
-
-    def redirected(*args: Any, **kwargs: Any) -> Any:
-        _restore_forward(inner, original)
-        return fn()
-
-    inner.forward = redirected
-    try:
-        return model(**inputs)
-    finally:
-        _restore_forward(inner, original)
-
-
-def _restore_forward(module: torch.nn.Module, original: Any) -> None:
-    """Put back ``module``'s own forward: the instance attribute it had, or none (the class's)."""
-    if original is None:
-        module.__dict__.pop("forward", None)
-    else:
-        module.forward = original
+    docstring). TRL's own forward redirection does it (``trl_contact.run_as_forward``: the root's ``forward``
+    replaced for the one call, as TRL's distillation trainer runs its loss)."""
+    return trl_contact.run_as_forward(model, _root_inner(model), lambda *args, **kwargs: fn(), **inputs)
 
 
 def _core(model: Any) -> Any:
