@@ -7,7 +7,9 @@ random Qwen3; the trainer trains the same recipe against it with ``weight_sync: 
 between the first and the last step's end, over that time. The phases are the trainer's own timings
 (``timing_s/*``, seconds per step) and the overlap's waits (``async/*``). What the staleness costs: the ratio of the
 policy being trained to the sampler on the trained tokens (``async/is_ratio/*``, ``async/abs_log_ratio/mean``),
-s = 0 against s = 1; ``--lr`` sets how far one step moves the policy.
+s = 0 against s = 1; ``--lr`` sets how far one step moves the policy. ``--dynamic-sampling``: DAPO's refill rounds
+on, with a reward that makes every third prompt's group constant (up to 3 rounds a batch): at s = 1 the rounds are
+decided on each batch's arrival and generated from its weights (docs/server.md, "Dynamic sampling").
 
     .venv/bin/python bench/overlap_speed.py --json bench/results/overlap_speed.json
 """
@@ -47,7 +49,7 @@ class StepClock:
 
 def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Path) -> dict:
     """One training run; its throughput and mean phase times."""
-    from harness import BASE_ARGS, prompt_dataset, reward_token_parity
+    from harness import BASE_ARGS, prompt_dataset, reward_parity_constant_for_multiples_of, reward_token_parity
 
     from trainer import WinnowConfig, WinnowGRPOTrainer
 
@@ -60,8 +62,10 @@ def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Pat
         "lr_scheduler_type": "constant",
         # one token-budget chunk per micro-batch (the whole of it): both modes then run winnow's copy of TRL's loss,
         # which logs the policy-to-sampler ratio (at s = 1 it runs anyway; TRL's own loss hides its log-probs)
-        "micro_batch_tokens": opts.rollouts * (opts.completion_tokens + 64)})
-    trainer = WinnowGRPOTrainer(model=model, reward_funcs=[reward_token_parity], args=args,
+        "micro_batch_tokens": opts.rollouts * (opts.completion_tokens + 64),
+        **({"dynamic_sampling": True, "max_num_gen_batches": 3} if opts.dynamic_sampling else {})})
+    reward = reward_parity_constant_for_multiples_of(3) if opts.dynamic_sampling else reward_token_parity
+    trainer = WinnowGRPOTrainer(model=model, reward_funcs=[reward], args=args,
                                 train_dataset=prompt_dataset(opts.rollouts * (opts.steps + 4)))
     clock = StepClock()
     trainer.add_callback(clock)
@@ -76,7 +80,7 @@ def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Pat
 
     phases = {k: mean(k) for k in ("timing_s/generation", "timing_s/weight_sync", "timing_s/loss_fwd_bwd",
                                    "timing_s/step", "async/generation_wait_s", "async/sync_wait_s",
-                                   "async/train_wait_s")}
+                                   "async/train_wait_s", "dynamic_sampling/gen_batches")}
     # what the staleness costs: the policy-to-sampler ratio on the trained tokens (trainer/loss/forward.py)
     ratios = {"async/is_ratio/mean": mean("async/is_ratio/mean"),
               "async/abs_log_ratio/mean": mean("async/abs_log_ratio/mean"),
@@ -99,6 +103,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-5,
                         help="learning rate: how far one step moves the policy, so what one batch of staleness "
                         "costs in the importance ratio (a larger one shows it on the tiny model)")
+    parser.add_argument("--dynamic-sampling", action="store_true",
+                        help="DAPO's dynamic sampling on (every third prompt's group constant, up to 3 rounds)")
     parser.add_argument("--json", default=None, help="write the results here")
     opts = parser.parse_args()
 
