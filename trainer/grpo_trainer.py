@@ -34,6 +34,7 @@ from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
 from trainer.guards.numerics import NonFiniteGuard, NonFiniteStepCallback
 from trainer.guards.rewards import RewardGuard
 from trainer.guards.startup_checks import check_before_load, cuda_usable, weight_sync_kind
+from trainer.guards.step_skip import OptimizerStepSkip, StepSkipCallback
 from trainer.loss.call import LossCall
 from trainer.pipeline import hooks, stages, trained_batch_metrics
 from trainer.pipeline.batch import RolloutBatch, gather_padded
@@ -124,6 +125,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self._numerics = NonFiniteGuard() if args.skip_nonfinite_steps else None
         if self._numerics is not None:
             self.add_callback(NonFiniteStepCallback(self, self._numerics))
+        # The one skipped optimizer step either guard arms, taken by a callback after theirs (guards/step_skip.py)
+        self.step_skip = OptimizerStepSkip()
+        if self._empty_steps is not None or self._numerics is not None:
+            self.add_callback(StepSkipCallback(self, self.step_skip))
         # The methods that are not stages (DAPO's dynamic sampling, RAGEN's collapse probe and stops, the frozen
         # teacher), each built by the hook it registered (trainer/pipeline/hooks.py): this class names none of them.
         self._hooks: dict[str, Any] = {}
@@ -242,10 +247,11 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     def _training_step(self, model, inputs, num_items_in_batch):
         """TRL's training step, except for micro-batches of an optimizer step that holds no kept rollout on any
-        rank (``winnow_all_dropped``, trainer/pipeline/step_dealing.py): outside DeepSpeed they run no forward and no
-        backward at all -- every rank skips together, the decision being global -- and the optimizer step is
-        skipped."""
-        if self._empty_steps is None or self.is_deepspeed_enabled:
+        rank (``winnow_all_dropped``, trainer/pipeline/step_dealing.py): they run no forward and no backward at all --
+        every rank skips together, the decision being global -- and the optimizer step is skipped. Under DeepSpeed
+        (whose step is inside backward) and an fp16 GradScaler (whose step needs gradients to check for inf) their
+        zero-weight rows run as TRL's step."""
+        if self._empty_steps is None or self.is_deepspeed_enabled or self.accelerator.scaler is not None:
             return super().training_step(model, inputs, num_items_in_batch)
         # Trainer.training_step's own first lines: the mode decides how TRL generates (train vs eval batch)
         model.train()

@@ -237,26 +237,8 @@ def gather_params(generation: Any, params: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# accelerate / torch.amp / DeepSpeed optimizer internals (skipped optimizer steps, trainer/guards/empty_steps.py)
+# DeepSpeed ZeRO optimizer internals (skipped optimizer steps under DeepSpeed, trainer/guards/step_skip.py)
 # --------------------------------------------------------------------------------------------------------------
-
-
-def set_step_skipped(optimizer: Any, skipped: bool) -> None:
-    """accelerate's ``AcceleratedOptimizer._is_overflow``: read by ``accelerator.optimizer_step_was_skipped``, so
-    HF Trainer keeps the LR scheduler where it is after a skipped step (accelerate 1.x)."""
-    optimizer._is_overflow = skipped
-
-
-def scaler_scale(scaler: Any) -> torch.Tensor | None:
-    """A ``torch.amp.GradScaler``'s current scale tensor (``_scale``), None before its first ``scale()``."""
-    return scaler._scale
-
-
-def record_scaler_overflow(scaler: Any, inner_optimizer: Any) -> None:
-    """Leave the record ``scaler.step()`` leaves for an optimizer whose gradients overflowed (``found_inf_per_device``
-    in ``_per_optimizer_states``; private, no public setter), so ``scaler.update()`` backs off as after an overflow."""
-    scale = scaler._scale
-    scaler._per_optimizer_states[id(inner_optimizer)]["found_inf_per_device"] = {scale.device: torch.ones_like(scale)}
 
 
 def zero_overflow_clean_up(optimizer: Any) -> bool:

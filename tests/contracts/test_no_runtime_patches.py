@@ -85,16 +85,15 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("trainer/grpo_trainer.py", "self.state.best_model_checkpoint"): "library: transformers' TrainerState names the "
                                                                       "staging path; the checkpoint is published "
                                                                       "under another by an atomic rename",
-    ("trainer/guards/empty_steps.py", "optimizer.step"): "library: HF Trainer calls optimizer.step() with no skip "
-                                                         "hook (an empty or non-finite step)",
-    ("trainer/guards/empty_steps.py", "optimizer.overflow"): "library: DeepSpeed ZeRO's own skip flag for a step",
+    ("trainer/guards/step_skip.py", "optimizer.step"): "library: under DeepSpeed the ZeRO optimizer steps inside "
+                                                       "backward, with no skip argument, and checks bf16 gradients "
+                                                       "for no overflow (an empty or non-finite step)",
+    ("trainer/guards/step_skip.py", "optimizer.overflow"): "library: DeepSpeed ZeRO's own skip flag for a step",
     ("trainer/server/weight_sync.py", "client_module.is_vllm_available"): "library: TRL's VLLMClient refuses to "
                                                                           "exist without vLLM importable, which "
                                                                           "HTTP generation does not need",
     ("trainer/trl_contact.py", "grpo_module.VLLMGeneration"): "library: TRL builds its generation backend by name in "
                                                               "__init__, with no factory argument",
-    ("trainer/trl_contact.py", "optimizer._is_overflow"): "library: accelerate's skipped-step flag keeps the LR "
-                                                          "scheduler still after a skipped step",
 }
 
 

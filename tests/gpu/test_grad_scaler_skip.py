@@ -1,16 +1,19 @@
 """Skipped optimizer steps under an fp16 GradScaler (a real ``torch.amp.GradScaler`` in a real accelerate
-``AcceleratedOptimizer``, driven in HF Trainer's order: scaled backward, gradient clipping's ``unscale_``,
-``optimizer.step()``, ``zero_grad``).
+``AcceleratedOptimizer``, a real LambdaLR schedule and AdamW), driven in HF Trainer's order: scaled backward,
+gradient clipping's ``unscale_`` (when ``max_grad_norm`` > 0), ``on_pre_optimizer_step`` (the non-finite gradient
+check, then trainer/guards/step_skip.py), ``optimizer.step()``, the scheduler's step unless accelerate reports the
+step skipped, ``zero_grad``, ``on_step_end``.
 
-The reference is the scaler's own behaviour: a non-finite skip must leave the scaler exactly as a normal overflow
-step does (scale x backoff_factor, growth tracker reset, no update), and the following step must run (its
-``unscale_`` does not raise) and update exactly as after that overflow. An empty-step skip leaves the scale and
-growth tracker as they were. fp16 autocast needs an accelerator device, but the scaler's bookkeeping is
-device-independent, so CPU's GradScaler exercises the same code path as CUDA's.
+The reference is the scaler's own behaviour, outside winnow: a non-finite skip must leave everything exactly as
+accelerate's overflow step does (scale x backoff_factor, growth tracker reset, weights, Adam's state and the LR as
+they were), and the following steps must run and update exactly as after that overflow. An empty-step skip leaves
+the scale and growth tracker as they were. fp16 autocast needs an accelerator device, but the scaler's bookkeeping
+is device-independent, so CPU's GradScaler exercises the same code path as CUDA's.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -19,28 +22,45 @@ import torch
 from accelerate import Accelerator
 from accelerate.optimizer import AcceleratedOptimizer
 
-from trainer.guards.empty_steps import arm_skip
 from trainer.guards.numerics import NonFiniteGuard
+from trainer.guards.step_skip import OptimizerStepSkip
 
 STEPS = ("overflow", "finite", "finite")
 
 
-def _run(skip: str) -> list[dict]:
+class _Accelerator:
+    """The three things of accelerate's Accelerator the skip reads (accelerate builds no GradScaler on CPU)."""
+
+    def __init__(self, optimizer: AcceleratedOptimizer):
+        self.optimizer, self.scaler = optimizer, optimizer.scaler
+        self.deepspeed_engine_wrapped, self.num_processes, self.device = None, 1, torch.device("cpu")
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:  # Accelerator.optimizer_step_was_skipped
+        return self.optimizer.step_was_skipped
+
+    def unscale_gradients(self) -> None:  # Accelerator.unscale_gradients, unwrapping the optimizer
+        self.scaler.unscale_(self.optimizer.optimizer)
+
+
+def _run(skip: str, max_grad_norm: float = 1.0) -> list[dict]:
     """Three optimizer steps; the first has overflowing gradients (``skip='native'``: left to the scaler as
     accelerate does; ``'loss'`` / ``'grad'``: the non-finite guard skips it from the loss / the gradients) or is
-    an empty window (``'empty'``: the empty-step skip, armed before the window's forward; the trainer then runs
-    no forward and no backward, so on the first step nothing has been scaled before clipping's ``unscale_``).
-    Returns the state after each step."""
+    an empty window (``'empty'``: the empty-step skip, armed before the window's forward; under a scaler the
+    trainer then runs the window's zero-weight rows, so the scaler has gradients to check). Returns the state
+    after each step."""
     Accelerator(cpu=True)  # initialises the shared state AcceleratedOptimizer reads
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
-    inner = torch.optim.AdamW(model.parameters(), lr=0.1)
+    inner = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(inner, lambda step: 1.0 - step / 10)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     optimizer = AcceleratedOptimizer(inner, scaler=scaler)
-    trainer = SimpleNamespace(optimizer=optimizer, model=model, is_deepspeed_enabled=False,
-                              accelerator=SimpleNamespace(deepspeed_engine_wrapped=None, num_processes=1,
-                                                          device=torch.device("cpu")),
-                              state=SimpleNamespace(global_step=0), _metrics={"train": defaultdict(list)})
+    skipper = OptimizerStepSkip()
+    trainer = SimpleNamespace(optimizer=optimizer, model=model, accelerator=_Accelerator(optimizer),
+                              lr_scheduler=scheduler, args=SimpleNamespace(max_grad_norm=max_grad_norm),
+                              step_skip=skipper, state=SimpleNamespace(global_step=0),
+                              _metrics={"train": defaultdict(list)})
     guard = NonFiniteGuard()
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
     states = []
@@ -51,38 +71,59 @@ def _run(skip: str) -> list[dict]:
         if i == 0 and skip == "loss":
             guard.observe_loss(trainer, loss)
         if i == 0 and skip == "empty":
-            arm_skip(trainer)  # EmptyStepGuard.observe, at the window's last micro-batch, before its forward
-        else:
-            scaler.scale(loss).backward()
-        scaler.unscale_(inner)  # HF Trainer's clip_grad_norm_ (max_grad_norm > 0) through accelerate
+            skipper.arm(trainer)  # EmptyStepGuard.observe, at the window's last micro-batch, before its forward
+            loss = loss * 0.0  # the zero-weight rows (loss mask and advantage 0)
+        scaler.scale(loss).backward()
+        if max_grad_norm > 0:
+            scaler.unscale_(inner)  # HF Trainer's clip_grad_norm_ through accelerate
         if i == 0 and skip == "grad":
-            guard.check_gradients(trainer)  # on_pre_optimizer_step
+            guard.check_gradients(trainer)  # on_pre_optimizer_step: NonFiniteStepCallback ...
+        skipper.before_step(trainer)  # ... then StepSkipCallback
         optimizer.step()
-        skipped = optimizer.step_was_skipped
+        skipped = skipper.step_was_skipped(trainer)
+        if not trainer.accelerator.optimizer_step_was_skipped:  # HF Trainer's rule for the scheduler
+            scheduler.step()
         inner.zero_grad(set_to_none=True)
         guard.end_step(trainer)  # on_step_end
-        states.append({"scale": scaler.get_scale(), "growth": int(scaler._get_growth_tracker()), "skipped": skipped,
+        skipper.after_step(trainer)
+        states.append({"scale": scaler.get_scale(), "growth": int(scaler.state_dict()["_growth_tracker"]),
+                       "skipped": skipped, "lr": inner.param_groups[0]["lr"],
+                       "schedule": scheduler.state_dict()["last_epoch"], "adam": copy.deepcopy(inner.state_dict()),
                        "params": [p.detach().clone() for p in model.parameters()]})
     return states
 
 
 def _same(a: dict, b: dict) -> bool:
-    return (a["scale"], a["growth"], a["skipped"]) == (b["scale"], b["growth"], b["skipped"]) and all(
-        torch.equal(p, q) for p, q in zip(a["params"], b["params"]))
+    keys = ("scale", "growth", "skipped", "lr", "schedule")
+    return all(a[k] == b[k] for k in keys) and all(torch.equal(p, q) for p, q in zip(a["params"], b["params"])) and (
+        _adam(a) == _adam(b))
 
 
+def _adam(state: dict) -> list:
+    return [(k, [(n, v.tolist() if torch.is_tensor(v) else v) for n, v in sorted(s.items())])
+            for k, s in sorted(state["adam"]["state"].items())]
+
+
+@pytest.mark.parametrize("max_grad_norm", [1.0, 0.0])
 @pytest.mark.parametrize("skip", ["loss", "grad"])
-def test_nonfinite_skip_is_the_scalers_overflow_step(skip):
-    native = _run("native")
+def test_nonfinite_skip_is_the_scalers_overflow_step(skip, max_grad_norm):
+    native = _run("native", max_grad_norm)
     assert native[0]["skipped"] and native[0]["scale"] == 2.0**9  # the scaler backed off and skipped the update
-    guarded = _run(skip)
+    assert native[0]["lr"] == 0.1 and native[1]["lr"] < 0.1  # HF held the schedule for the overflow step only
+    guarded = _run(skip, max_grad_norm)
     for step, (ours, ref) in enumerate(zip(guarded, native)):
         assert _same(ours, ref), f"step {step}: {ours} vs the scaler's own overflow handling {ref}"
     assert not guarded[1]["skipped"] and not torch.equal(guarded[1]["params"][0], guarded[0]["params"][0])
 
 
-def test_empty_skip_keeps_the_scale_and_the_next_step_runs():
-    states = _run("empty")
+@pytest.mark.parametrize("max_grad_norm", [1.0, 0.0])
+def test_empty_skip_keeps_the_scale_and_the_next_step_runs(max_grad_norm):
+    states = _run("empty", max_grad_norm)
+    torch.manual_seed(0)
+    initial = [p.detach().clone() for p in torch.nn.Linear(4, 3).parameters()]
     assert states[0]["skipped"] and states[0]["scale"] == 2.0**10 and states[0]["growth"] == 0
+    assert all(torch.equal(p, q) for p, q in zip(states[0]["params"], initial))  # weight decay did not apply
+    assert states[0]["adam"]["state"] == {} and states[0]["lr"] == 0.1 and states[0]["schedule"] == 0
     assert not states[1]["skipped"] and not torch.equal(states[1]["params"][0], states[0]["params"][0])
+    assert states[1]["schedule"] == 1 and states[1]["lr"] == pytest.approx(0.09)  # the schedule resumed from 0
     assert states[2]["growth"] == 0 and states[2]["scale"] == 2.0**11  # two real steps: growth_interval reached

@@ -25,9 +25,9 @@ loss-token count of every micro-batch of the accumulation window is summed over 
 last micro-batch (one scalar all-reduce that every rank reaches), before its forward -- DeepSpeed steps
 inside ``backward``.
 
-Backends: plain PyTorch / DDP (the accelerate-wrapped optimizer's ``step`` becomes a no-op once) and
-DeepSpeed ZeRO 1-3 (the ZeRO optimizer takes its own overflow path once: gradients cleared, no update,
-``engine.skipped_steps`` + 1). The skip is installed for one call only, so nothing stays patched.
+The skip itself is trainer/guards/step_skip.py's: plain PyTorch / DDP through HF Trainer's callbacks (gradients
+dropped before ``optimizer.step()``, the scheduler's and scaler's state loaded back after it), DeepSpeed ZeRO 1-3
+through the ZeRO optimizer's own overflow path (gradients cleared, no update, ``engine.skipped_steps`` + 1).
 """
 
 from __future__ import annotations
@@ -75,11 +75,10 @@ class EmptyStepGuard:
         local = torch.tensor([self._window_tokens], dtype=torch.float64, device=mask.device)
         total = float(acc.reduce(local, reduction="sum").item()) if acc.num_processes > 1 else self._window_tokens
         self._window_tokens = 0.0
-        reset_skip_flag(trainer)
         empty = total == 0.0
         if empty:
             self.skipped_steps += 1
-            arm_skip(trainer)
+            trainer.step_skip.arm(trainer)
         # the micro-step counter is incremented after this micro-step; a new batch is generated at a multiple
         # of steps_per_generation x num_iterations
         buffer = trainer.generation_buffer
@@ -127,84 +126,3 @@ class EmptyStepStopCallback(TrainerCallback):
             )
             stop_training(state, control, message)
         return control
-
-
-def _deepspeed_optimizer(trainer: Any) -> Any | None:
-    engine = getattr(trainer.accelerator, "deepspeed_engine_wrapped", None)
-    return None if engine is None else engine.engine.optimizer
-
-
-def arm_skip(trainer: Any, overflow: bool = False) -> None:
-    """Make the next optimizer step of ``trainer`` a no-op (once). ``overflow``: the step is skipped because a
-    loss or gradient is non-finite, which an fp16 GradScaler must count as an overflow (see _end_scaler_iteration)."""
-    zero_optimizer = _deepspeed_optimizer(trainer)
-    if zero_optimizer is not None:
-        arm_zero_skip(zero_optimizer)
-        return
-    optimizer = trainer.optimizer  # accelerate's AcceleratedOptimizer
-    scaler = getattr(optimizer, "scaler", None)
-    if scaler is not None and scaler.is_enabled() and trl_contact.scaler_scale(scaler) is None:
-        # An empty step runs no backward, so when it is the first step nothing has been scaled yet and HF
-        # Trainer's gradient clipping (``unscale_``) would assert "_scale is None". Scaling a zero starts the
-        # scaler's iteration through its public API, at init_scale, exactly as the first real backward would.
-        scaler.scale(torch.zeros((), device=trainer.accelerator.device))
-
-    def skipped_step(*args: Any, **kwargs: Any) -> None:
-        del optimizer.step  # back to the class's step for the next call
-        scaler = getattr(optimizer, "scaler", None)
-        if scaler is not None and scaler.is_enabled():
-            _end_scaler_iteration(scaler, optimizer.optimizer, overflow)
-        trl_contact.set_step_skipped(optimizer, True)  # -> optimizer_step_was_skipped: HF Trainer keeps the LR
-
-    optimizer.step = skipped_step
-
-
-def _end_scaler_iteration(scaler: Any, inner: Any, overflow: bool) -> None:
-    """What accelerate's step does with an fp16 GradScaler (``scaler.step`` + ``scaler.update``), minus the update.
-
-    Replacing ``AcceleratedOptimizer.step`` would otherwise skip ``scaler.update()``: the scaler would keep this
-    iteration's per-optimizer state (the next ``unscale_`` -- HF Trainer's gradient clipping -- raises) and never
-    back off after an overflow. A non-finite skip is recorded as the overflow it is, and the scaler's own update
-    backs off (scale x backoff_factor, growth tracker reset) exactly as after a normal overflow step. An empty
-    step has no gradient that could overflow: the iteration ends with the scale and growth tracker unchanged."""
-    if overflow:
-        trl_contact.record_scaler_overflow(scaler, inner)
-        scaler.update()
-    else:
-        scaler.update(new_scale=trl_contact.scaler_scale(scaler).clone())
-
-
-def reset_skip_flag(trainer: Any) -> None:
-    """Clear the skipped-step flag left by the previous window (accelerate sets it only under a grad scaler,
-    which recomputes it in its own step anyway)."""
-    if _deepspeed_optimizer(trainer) is None and trainer.optimizer is not None:
-        trl_contact.set_step_skipped(trainer.optimizer, False)
-
-
-def arm_zero_skip(optimizer: Any) -> None:
-    """One ZeRO optimizer step through its overflow path: gradients cleared, no update, no loss-scale change (the
-    policy's skipped step, and PPO's critic engine at the same step: trainer/methods/ppo/critic.py).
-
-    The engine then counts a skipped step and does not advance its scheduler, and accelerate reports
-    ``step_was_skipped`` from ``optimizer.overflow`` so HF Trainer keeps its LR too. The ZeRO stages keep
-    gradient partitions of their own, so clearing ``param.grad`` alone would not be enough."""
-    if not hasattr(optimizer, "overflow"):
-        raise NotImplementedError(
-            f"skipping an empty step is implemented for DeepSpeed ZeRO optimizers, not {type(optimizer).__name__}"
-        )
-
-    def skipped_step(*args: Any, **kwargs: Any) -> None:
-        del optimizer.step
-        optimizer.overflow = True
-        if trl_contact.zero_overflow_clean_up(optimizer):  # ZeRO-3
-            return
-        optimizer.zero_grad(set_to_none=True)  # ZeRO-1/2, mirroring its overflow branch
-        trl_contact.zero_release_grad_buffers(optimizer)
-        if getattr(optimizer, "cpu_offload", False):
-            optimizer.reset_cpu_buffers()
-        else:
-            for key in list(getattr(optimizer, "averaged_gradients", {})):
-                optimizer.averaged_gradients[key] = None
-                optimizer.all_grad_tensors[key] = None
-
-    optimizer.step = skipped_step

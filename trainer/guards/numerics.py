@@ -5,7 +5,7 @@ rollouts, single-token completions, extreme surprisal -- tests/grpo_trainer/test
 through every stage), and reward functions that return inf/NaN are stopped by the reward guard. This is the
 last line: if a loss or a gradient is ever non-finite anyway -- a numerically broken model, a custom stage,
 an overflow -- the optimizer step of that accumulation window is skipped the way an empty step is
-(trainer/guards/empty_steps.py: weights, optimizer moments and LR schedule unchanged, ``global_step`` advances),
+(trainer/guards/step_skip.py: weights, optimizer moments and LR schedule unchanged, ``global_step`` advances),
 with one warning line naming the step and the cause, and ``numerics/skipped_steps_total`` counts it.
 
 Detection: the loss of every training micro-batch (collective: one scalar MAX all-reduce, so every rank
@@ -25,7 +25,6 @@ from torch.nn.utils import get_total_norm
 from transformers import TrainerCallback
 
 from trainer import trl_contact
-from trainer.guards.empty_steps import arm_skip, reset_skip_flag
 
 logger = logging.getLogger(__name__)
 
@@ -63,18 +62,16 @@ class NonFiniteGuard:
                 return
 
     def end_step(self, trainer: Any) -> None:
-        """After the optimizer step: log, and clear the skipped-step flag so the LR schedule resumes next step."""
+        """After the optimizer step: log, and ready the check for the next window."""
         metrics = trl_contact.metrics(trainer)
         metrics["numerics/nonfinite_step"].append(float(self._reason is not None))
         metrics["numerics/skipped_steps_total"].append(float(self.skipped_steps))
-        if self._reason is not None:
-            reset_skip_flag(trainer)
-            self._reason = None
+        self._reason = None
 
     def _arm(self, trainer: Any, reason: str) -> None:
         self._reason = reason
         self.skipped_steps += 1
-        arm_skip(trainer, overflow=True)
+        trainer.step_skip.arm(trainer, overflow=True)
         step = trainer.state.global_step + 1
         logger.warning(
             "winnow-rl: step %d: %s; the optimizer step is skipped (weights, optimizer state and LR schedule "

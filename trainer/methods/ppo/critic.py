@@ -25,7 +25,7 @@ from transformers import AutoConfig, AutoModelForTokenClassification
 
 from trainer import trl_contact
 from trainer.algorithms.gae import clipped_value_terms
-from trainer.guards.empty_steps import arm_zero_skip
+from trainer.guards.step_skip import arm_zero_skip
 from trainer.pipeline.token_budget import chunk_weights, loss_chunks
 
 

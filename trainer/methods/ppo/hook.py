@@ -58,7 +58,7 @@ class CriticStepCallback(TrainerCallback):
         self.hook, self.trainer = hook, trainer
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        if self.trainer.accelerator.optimizer_step_was_skipped:
+        if self.trainer.step_skip.step_was_skipped(self.trainer):
             self.hook.critic.skip_step()
             return
         norm = self.hook.critic.step()
