@@ -39,6 +39,7 @@ from trainer.loss.call import LossCall
 from trainer.pipeline import hooks, stages, trained_batch_metrics
 from trainer.pipeline.batch import RolloutBatch, gather_padded
 from trainer.pipeline.dealing import DealSettings, deal
+from trainer.pipeline.gathered import GatheredRows
 from trainer.pipeline.generation_buffer import GenerationBuffer
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
 from trainer.pipeline.token_budget import chunked_logps, chunked_loss
@@ -151,6 +152,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # the latest generation batch's decision, and whether it left nothing to train on, until it is dealt
         self._decision: tuple[stages.Decision, bool] | None = None
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
+        self._gathered: GatheredRows | None = None  # the current generation batch over every process, until dealt
 
     # --- TRL override points -------------------------------------------------------------------------
 
@@ -224,6 +226,14 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def generate_and_score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's generation and scoring of ``inputs`` alone, no stage pipeline (collective): DAPO's refills."""
         return super()._generate_and_score_completions(inputs)
+
+    def gathered(self, output: dict[str, Any]) -> GatheredRows:
+        """The generation batch ``output``'s rows over every process (trainer/pipeline/gathered.py): each key of TRL's
+        dict crosses the processes once, however many readers (the stages' batch, compaction, the collapse probe,
+        DAPO's relog) read it. Collective on a key's first read."""
+        if self._gathered is None or self._gathered.output is not output:
+            self._gathered = GatheredRows(output, self.accelerator, trl_contact.pad_token_id(self))
+        return self._gathered
 
     def last_generation_was_empty(self) -> bool:
         """Whether the latest generation batch had nothing to train on (stages removed every rollout)."""
@@ -305,7 +315,9 @@ class WinnowGRPOTrainer(GRPOTrainer):
             step_dealing=self._empty_steps is not None,
         )
         dealt = deal(output, decision.keep, decision.advantages, settings=settings,
-                     first_micro_step=self.generation_buffer.micro_step, accelerator=self.accelerator)
+                     first_micro_step=self.generation_buffer.micro_step, accelerator=self.accelerator,
+                     gathered=self.gathered(output))
+        self._gathered = None  # the batch is dealt: its gathered rows are not read again
         if dealt.rank_tokens is not None and args.micro_batch_tokens is not None and world > 1:
             trl_contact.metrics(self)["tokens/rank_max"].append(float(dealt.rank_tokens.max()))
             trl_contact.metrics(self)["tokens/rank_min"].append(float(dealt.rank_tokens.min()))
@@ -518,7 +530,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         initial global keep mask (dynamic sampling's top-up groups start dropped)."""
         acc = self.accelerator
         completion_mask = output["completion_mask"]
-        mask = completion_mask * output["tool_mask"] if "tool_mask" in output else completion_mask
+        gathered = self.gathered(output)
 
         def gather_rows(t: torch.Tensor | None, pad: float = 0) -> torch.Tensor | None:
             return None if t is None else gather_padded(acc, t, pad)
@@ -537,8 +549,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
             reward_weights=self.reward_weights.to(completion_mask.device),
             reward_names=list(self.reward_func_names),
             G=self.num_generations,
-            completion_ids=gather_rows(output["completion_ids"], pad=trl_contact.pad_token_id(self)),
-            mask=gather_rows(mask.float()),
+            completion_ids=gathered["completion_ids"],
+            mask=gathered.loss_mask().float(),
             old_logps=gather_rows(old_logps),
             entropies=gather_rows(entropies),
             extras=extras,

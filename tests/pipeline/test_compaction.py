@@ -5,8 +5,6 @@ pads them, and a generation batch with nothing kept runs no forward pass at all.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 from harness import (
@@ -21,6 +19,7 @@ from harness import (
     reward_token_parity,
     use_vllm_importance_sampling,
 )
+from thread_world import ThreadWorld
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
@@ -73,62 +72,6 @@ def test_compacted_equals_masked_per_token_advantages(tiny_model, tmp_path):
     assert inputs["advantages"].dim() == 2 and inputs["advantages"].shape == inputs["completion_ids"].shape
     assert abs(float(loss - masked_loss)) <= 1e-6
     assert max_abs_diff(grads, masked_grads) <= 1e-6
-
-
-class ThreadWorld:
-    """``world`` processes played by threads, for the collectives compaction calls: accelerate's
-    ``pad_across_processes`` (pad ``dim`` to the largest size of any process with ``pad_index``, as
-    accelerate.utils.operations.pad_across_processes writes it) and ``gather`` (every process's rows, rank order)."""
-
-    def __init__(self, world: int):
-        self.world, self._barrier, self._slots = world, threading.Barrier(world, timeout=60), [None] * world
-
-    def _all(self, rank: int, t: torch.Tensor) -> list[torch.Tensor]:
-        self._slots[rank] = t
-        self._barrier.wait()
-        out = list(self._slots)
-        self._barrier.wait()
-        return out
-
-    def accelerator(self, rank: int):
-        world = self
-
-        class Process:
-            num_processes, process_index = world.world, rank
-
-            def pad_across_processes(self, t, dim=0, pad_index=0, pad_first=False):
-                size = max(x.shape[dim] for x in world._all(rank, t))
-                if size == t.shape[dim]:
-                    return t
-                new = t.new_zeros((*t.shape[:dim], size, *t.shape[dim + 1:])) + pad_index
-                at = slice(size - t.shape[dim], size) if pad_first else slice(0, t.shape[dim])
-                new[(slice(None),) * dim + (at,)] = t
-                return new
-
-            def gather(self, t):
-                return torch.cat(world._all(rank, t))
-
-        return Process()
-
-    def run(self, fn) -> list:
-        """``fn(rank, accelerator)`` on every rank at once; the results in rank order."""
-        results, errors = [None] * self.world, []
-
-        def target(rank):
-            try:
-                results[rank] = fn(rank, self.accelerator(rank))
-            except BaseException as e:  # noqa: BLE001 -- re-raised below, in the test's thread
-                errors.append(e)
-                self._barrier.abort()
-
-        threads = [threading.Thread(target=target, args=(r,)) for r in range(self.world)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
-        return results
 
 
 def trl_rank_batch(output: dict, rows: slice) -> dict:

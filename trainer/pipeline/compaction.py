@@ -32,42 +32,12 @@ from typing import Any
 
 import torch
 
-from trainer.pipeline.batch import gather_padded
+from trainer.pipeline.gathered import LEFT_PADDED, GatheredRows
 from trainer.pipeline.rank_balance import balanced_shares, round_robin_shares
 
 logger = logging.getLogger(__name__)
 
-LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
-PAD_TOKEN = object()  # stands for the tokenizer's pad token id in TRL_PAD
-# What TRL 1.16 holds in the padded columns of each per-token key of its batch dict: a re-dealt row (compaction, rank
-# balancing, dynamic sampling's merge of rounds) is padded to a wider batch with the same values, so every reduction
-# that reads them unmasked sees the row as TRL laid it out. trl==1.16.0:trl/trainer/grpo_trainer.py:2443-2483
-# (pad(...) of the ids, masks, sampler log-probs and tool mask); the vLLM importance-sampling ratio is
-# exp((old - sampling) * mask) (same file:2661-2674), exp(0) = 1 in every masked column, and VESPO sums its log over
-# every column, unmasked (same file:3001-3003): padded with 0 it adds log 1e-8 per column and zeroes the row's phi.
-# Keys not listed (old/reference log-probs: model outputs that TRL masks wherever it reads them; per-token advantages)
-# pad with 0.
-TRL_PAD = {
-    "prompt_ids": PAD_TOKEN,
-    "prompt_mask": 0,
-    "completion_ids": PAD_TOKEN,
-    "completion_mask": 0,
-    "sampling_per_token_logps": 0,
-    "tool_mask": 1,
-    "importance_sampling_ratio": 1,  # inside any sane clip range (TRL's clip_min <= 1 <= clip_max)
-}
 _warned: set[str] = set()
-
-
-def pad_value(key: str, pad_token_id: int) -> int:
-    """The value TRL 1.16 pads ``key``'s per-token tensor with (:data:`TRL_PAD`; 0 for keys it does not list)."""
-    value = TRL_PAD.get(key, 0)
-    return pad_token_id if value is PAD_TOKEN else value
-
-
-def gather_key(accelerator: Any, key: str, t: torch.Tensor, pad_token_id: int) -> torch.Tensor:
-    """``t`` (TRL's batch value for ``key``) from every process, padded as TRL pads that key (collective)."""
-    return gather_padded(accelerator, t, pad_value(key, pad_token_id), key in LEFT_PADDED)
 
 
 def row_keys(output: dict[str, Any]) -> list[str] | None:
@@ -99,6 +69,7 @@ def compact(
     micro_batch_rows: int,
     rows_per_step: int | None = None,
     balance_tokens: bool = False,
+    gathered: GatheredRows | None = None,
 ) -> dict[str, Any] | None:
     """This rank's compacted share of the generation batch (collective: every rank must call it).
 
@@ -109,15 +80,21 @@ def compact(
     be compacted. ``balance_tokens``: the ranks' shares keep round-robin's row counts but are chosen so their real
     tokens (prompt + completion) are about equal (trainer/pipeline/rank_balance.py), and the zero-weight filler is
     the shortest kept row. When any row is kept, the result carries ``winnow_rank_tokens`` (world,), each rank's
-    real tokens including fillers, for the caller to log and remove."""
+    real tokens including fillers, for the caller to log and remove. ``gathered``: the generation batch's
+    :class:`GatheredRows` over ``output`` when the caller has one (keys its other readers gathered are not gathered
+    again)."""
     keys = row_keys(output)
     if keys is None:
         return None
     world, rank = accelerator.num_processes, accelerator.process_index
-    if "tool_mask" not in keys:
-        output = {**output, "tool_mask": torch.ones_like(output["completion_mask"])}
+    if gathered is None:
+        gathered = GatheredRows(output, accelerator, pad_token_id)
+    if gathered.output is not output:
+        raise ValueError("compact: the gathered rows are of another batch dict")
+    glob = {key: gathered[key] for key in keys}
+    if "tool_mask" not in glob:  # TRL has no tool mask without tools: every model token counts (its pad is 1 too)
+        glob["tool_mask"] = torch.ones_like(glob["completion_mask"])
         keys.append("tool_mask")
-    glob = {key: gather_key(accelerator, key, output[key], pad_token_id) for key in keys}
     N = glob["completion_ids"].shape[0]
     kept = keep.nonzero().squeeze(1)
     K = int(kept.numel())

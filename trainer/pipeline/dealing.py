@@ -11,8 +11,9 @@ trainer's buffer (trainer/pipeline/generation_buffer.py) as ``steps_per_generati
 3. when stages can remove rows, the kept rows are moved to their optimizer steps (``filtered_updates``,
    trainer/pipeline/step_dealing.py).
 
-Every rank makes the same choices from the global decision, so the result needs no more communication than
-compaction's gather and, for some loss types, one reduction (both collective: every rank calls :func:`deal`).
+Every rank makes the same choices from the global decision, so the result needs no more communication than the
+gather of the batch the stages read (trainer/pipeline/gathered.py) and, for some loss types, one reduction (both
+collective: every rank calls :func:`deal`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from trainer import trl_contact
 from trainer.algorithms.normalisers import BATCH_TOKEN_NORMALISED, ROW_NORMALISED
 from trainer.pipeline.compaction import compact
+from trainer.pipeline.gathered import GatheredRows
 from trainer.pipeline.rank_balance import round_robin_counts
 from trainer.pipeline.step_dealing import KEPT_KEY, DealPlan, compacted_micro_rows, optimizer_steps, redeal
 
@@ -55,11 +57,13 @@ class Dealt:
 
 
 def deal(output: dict[str, Any], keep: torch.Tensor, advantages: torch.Tensor, *, settings: DealSettings,
-         first_micro_step: int, accelerator: Any) -> Dealt:
+         first_micro_step: int, accelerator: Any, gathered: GatheredRows | None = None) -> Dealt:
     """Deal ``output`` (TRL's local batch dict, this rank's rows, advantages written) by the global decision ``keep``
-    (N,) and ``advantages`` (N,) or (N, T), the micro-step counter standing at ``first_micro_step``. Collective."""
+    (N,) and ``advantages`` (N,) or (N, T), the micro-step counter standing at ``first_micro_step``; ``gathered``:
+    the batch's rows over every process as the stages read them (trainer/pipeline/gathered.py). Collective."""
     S, A = settings.steps_per_generation, settings.accumulation
-    batch, plan, rank_tokens = _remove_rows(output, keep, advantages, settings, first_micro_step, accelerator)
+    batch, plan, rank_tokens = _remove_rows(output, keep, advantages, settings, first_micro_step, accelerator,
+                                            gathered)
     micro_batches = trl_contact.split_generation_batch(batch, S)
     updates = optimizer_steps(first_micro_step, S, A, settings.passes)
     if plan is not None and settings.step_dealing:
@@ -77,7 +81,7 @@ def deal(output: dict[str, Any], keep: torch.Tensor, advantages: torch.Tensor, *
 
 def _remove_rows(
     output: dict[str, Any], keep: torch.Tensor, advantages: torch.Tensor, settings: DealSettings,
-    first_micro_step: int, accelerator: Any,
+    first_micro_step: int, accelerator: Any, gathered: GatheredRows | None,
 ) -> tuple[dict[str, Any], DealPlan | None, torch.Tensor | None]:
     """Step 1: the batch to split (compacted, or ``output`` with removed rows masked in place), the plan that deals
     its kept rows, and the ranks' tokens after compaction; ``(output, None, None)`` when nothing was removed and
@@ -94,7 +98,7 @@ def _remove_rows(
                                           settings.filtered_updates)
         compacted = compact(output, keep, advantages, accelerator=accelerator, pad_token_id=settings.pad_token_id,
                             steps_per_generation=S, micro_batch_rows=settings.micro_batch_rows,
-                            rows_per_step=micro_rows, balance_tokens=settings.balance_tokens)
+                            rows_per_step=micro_rows, balance_tokens=settings.balance_tokens, gathered=gathered)
         if compacted is not None:
             rank_tokens = compacted.pop("winnow_rank_tokens", None)
             counts = tuple(round_robin_counts(K, world))

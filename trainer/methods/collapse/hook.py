@@ -44,7 +44,6 @@ from trainer import trl_contact
 from trainer.algorithms.collapse_metrics import mi_metrics, signature_retrieval
 from trainer.config.errors import ConfigError
 from trainer.methods.collapse.reasoning_span import THINK_OPEN, reasoning_token_span
-from trainer.pipeline.batch import gather_padded
 from trainer.pipeline.hooks import register_hook
 from trainer.pipeline.stages import register_config_check
 from trainer.pipeline.token_budget import equal_forward_fillers, plan_chunks, shortest_row
@@ -193,18 +192,9 @@ class CollapseDetector:
     def batch_traces(self, trainer: Any, output: dict[str, Any]) -> BatchTraces:
         """Gather TRL's batch from every process and extract each rollout's first-turn trace and, with
         ``collapse_turns: all``, every turn's trace (collective)."""
-        acc = trainer.accelerator
-
-        def gather(t: torch.Tensor, pad: int, pad_first: bool = False) -> list[list[int]]:
-            return gather_padded(acc, t, pad, pad_first).tolist()
-
-        model_tokens = output["completion_mask"]
-        if output.get("tool_mask") is not None:
-            model_tokens = model_tokens * output["tool_mask"]
-        prompt_ids = gather(output["prompt_ids"], self.pad_id, pad_first=True)
-        prompt_mask = gather(output["prompt_mask"], 0, pad_first=True)
-        completion_ids = gather(output["completion_ids"], self.pad_id)
-        completion_mask = gather(model_tokens.long(), 0)
+        rows = trainer.gathered(output)  # the rows the stages read next, gathered once (masks select the tokens)
+        prompt_ids, prompt_mask = rows["prompt_ids"].tolist(), rows["prompt_mask"].tolist()
+        completion_ids, completion_mask = rows["completion_ids"].tolist(), rows.loss_mask().long().tolist()
         prompts = [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(prompt_ids, prompt_mask)]
         completions = [_first_run(ids, mask) for ids, mask in zip(completion_ids, completion_mask)]
         traces, contexts, whole = first_turn_traces(prompts, completions, self.think_open, self.think_close,

@@ -32,8 +32,8 @@ from trainer.algorithms.grpo import total_reward
 from trainer.config.errors import ConfigError
 from trainer.methods.dynamic_sampling.ahead import FillAhead
 from trainer.pipeline import trained_batch_metrics
-from trainer.pipeline.batch import gather_padded
-from trainer.pipeline.compaction import LEFT_PADDED, gather_key, pad_value, row_keys, trim_padding
+from trainer.pipeline.compaction import row_keys, trim_padding
+from trainer.pipeline.gathered import LEFT_PADDED, gather_key, pad_value
 from trainer.pipeline.hooks import register_hook
 from trainer.pipeline.stages import register_config_check
 
@@ -112,12 +112,11 @@ class DynamicSampler:
         for name, value in metrics.items():
             trl_contact.metrics(trainer)[f"dynamic_sampling/{name}"].append(value)
         if self.last_sources is not None:  # the batch was assembled: relog it, rebuild the table
-            acc, pad = trainer.accelerator, trl_contact.pad_token_id(trainer)
-            tool = output.get("tool_mask")
+            rows = trainer.gathered(output)  # the assembled batch, as the stages and compaction read it next
             kept = torch.ones(N, dtype=torch.bool, device=R_k.device) if keep is None else keep
             trained_batch_metrics.relog_rounds(
-                trainer, marks, kept, gather_padded(acc, output["completion_ids"], pad),
-                gather_padded(acc, output["completion_mask"]), None if tool is None else gather_padded(acc, tool))
+                trainer, marks, kept, rows["completion_ids"], rows["completion_mask"],
+                rows["tool_mask"] if "tool_mask" in rows else None)
             trained_batch_metrics.rebuild_table(trl_contact.completion_logs(trainer), snapshots, self.last_sources)
         return output, keep
 
