@@ -8,8 +8,9 @@ DeepSpeed, :class:`StepSkipCallback` acts around that call:
 
 - ``on_pre_optimizer_step``: it saves the LR scheduler's ``state_dict()``, each param group's ``lr`` and the
   scaler's ``state_dict()``, then drops every gradient (``zero_grad(set_to_none=True)``). torch's optimizers skip a
-  parameter whose ``.grad`` is None entirely (no moment, step-counter or weight-decay update; so do transformers'
-  Adafactor and bitsandbytes'), so HF's ``optimizer.step()`` that follows changes nothing. Under an fp16 scaler the
+  parameter whose ``.grad`` is None entirely (no moment, step-counter or weight-decay update; so does transformers'
+  Adafactor: tests/grpo_trainer/test_step_skip_optimizers.py), so HF's ``optimizer.step()`` that follows changes
+  nothing. Under an fp16 scaler the
   step still runs the scaler's ``step`` / ``update``: its inf check must be recorded before the gradients go, so when
   HF's gradient clipping has not unscaled them (``max_grad_norm`` = 0) this does, through accelerate's
   ``unscale_gradients``; an empty window runs its zero-weight rows' forward and backward under a scaler for the same
