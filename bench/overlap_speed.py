@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -124,6 +125,7 @@ def main() -> None:
     os.sched_setaffinity(0, {TRAINER_CORE})
     torch.set_num_threads(1)
     results = []
+    finished = False
     try:
         for rep in range(opts.reps):
             for staleness in (0, 1):
@@ -131,8 +133,13 @@ def main() -> None:
                 results.append(result)
                 print(f"rep {rep} s={staleness}: {result['rollouts_per_s']:.1f} rollouts/s, "
                       f"{result['seconds_per_step']:.3f} s/step, phases {result}", flush=True)
+        finished = True
     finally:
         proc.stop()
+        if finished:  # each run's folder holds its checkpoints: hundreds of MB per invocation left in /tmp otherwise
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"the runs' folders and the server's log are kept in {work}", file=sys.stderr)
     by = {s: [r["rollouts_per_s"] for r in results if r["staleness"] == s] for s in (0, 1)}
     ratio = statistics.median(by[1]) / statistics.median(by[0])
     print(f"\nrollouts trained per second (median of {opts.reps}): sync {statistics.median(by[0]):.1f}, "
