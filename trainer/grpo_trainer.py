@@ -72,7 +72,7 @@ OVERRIDES = {
     "_save": "training_args.bin written with the secrets redacted",
     "_push_from_checkpoint": "the args pickled for a hub push written with the secrets redacted",
     "train": "a resume that cannot continue a generation batch exactly is refused before weights load",
-    "_load_optimizer_and_scheduler": "restores the stages', hooks' and TRL's micro-step state on resume",
+    "_load_optimizer_and_scheduler": "restores the stages', the hooks' and the generation buffer's state on resume",
 }
 
 
@@ -493,7 +493,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             for key, obj in self._checkpointed.items():
                 if key in state:
                     obj.load_state_dict(state[key])
-        if checkpoint:  # TRL's counter and, inside a generation batch, its buffered rest (refused in train if absent)
+        if checkpoint:  # the generation buffer's micro-step and, mid-batch, its rest (train refuses a resume without)
             generation_resume.restore(self, checkpoint, STAGE_STATE_FILE)
             for method in self._at("load_checkpoint"):
                 method.load_checkpoint(self, checkpoint)

@@ -65,7 +65,7 @@ class DealPlan:
     micro_batches: int  # S
     accumulation: int  # A
     micro_rows: int  # rows of each local micro-batch
-    first_micro_step: int  # TRL's micro-step counter when the batch was generated
+    first_micro_step: int  # the generation buffer's micro-step counter when the batch was generated
     passes: int = 1  # num_iterations: TRL replays the same micro-batches this many times
     recipe_micro_rows: int = 0  # per_device_train_batch_size: M = this x A x processes (verl_minibatch's divisor)
 
