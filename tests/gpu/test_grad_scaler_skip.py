@@ -1,6 +1,7 @@
 """Skipped optimizer steps under an fp16 GradScaler (a real ``torch.amp.GradScaler`` in a real accelerate
 ``AcceleratedOptimizer``, a real LambdaLR schedule and AdamW), driven in HF Trainer's order: scaled backward,
-gradient clipping's ``unscale_`` (when ``max_grad_norm`` > 0), ``on_pre_optimizer_step`` (the non-finite gradient
+the gradient norm's ``unscale_`` (HF reads the norm through accelerate's ``clip_grad_norm_`` whatever
+``max_grad_norm`` is: transformers 5.10-5.29 ``_get_grad_norm``), ``on_pre_optimizer_step`` (the non-finite gradient
 check, then trainer/guards/step_skip.py), ``optimizer.step()``, the scheduler's step unless accelerate reports the
 step skipped, ``zero_grad``, ``on_step_end``.
 
@@ -29,7 +30,7 @@ STEPS = ("overflow", "finite", "finite")
 
 
 class _Accelerator:
-    """The three things of accelerate's Accelerator the skip reads (accelerate builds no GradScaler on CPU)."""
+    """What of accelerate's Accelerator the skip reads (accelerate builds no GradScaler on CPU)."""
 
     def __init__(self, optimizer: AcceleratedOptimizer):
         self.optimizer, self.scaler = optimizer, optimizer.scaler
@@ -39,11 +40,8 @@ class _Accelerator:
     def optimizer_step_was_skipped(self) -> bool:  # Accelerator.optimizer_step_was_skipped
         return self.optimizer.step_was_skipped
 
-    def unscale_gradients(self) -> None:  # Accelerator.unscale_gradients, unwrapping the optimizer
-        self.scaler.unscale_(self.optimizer.optimizer)
 
-
-def _run(skip: str, max_grad_norm: float = 1.0) -> list[dict]:
+def _run(skip: str) -> list[dict]:
     """Three optimizer steps; the first has overflowing gradients (``skip='native'``: left to the scaler as
     accelerate does; ``'loss'`` / ``'grad'``: the non-finite guard skips it from the loss / the gradients) or is
     an empty window (``'empty'``: the empty-step skip, armed before the window's forward; under a scaler the
@@ -58,7 +56,7 @@ def _run(skip: str, max_grad_norm: float = 1.0) -> list[dict]:
     optimizer = AcceleratedOptimizer(inner, scaler=scaler)
     skipper = OptimizerStepSkip()
     trainer = SimpleNamespace(optimizer=optimizer, model=model, accelerator=_Accelerator(optimizer),
-                              lr_scheduler=scheduler, args=SimpleNamespace(max_grad_norm=max_grad_norm),
+                              lr_scheduler=scheduler,
                               step_skip=skipper, state=SimpleNamespace(global_step=0),
                               _metrics={"train": defaultdict(list)})
     guard = NonFiniteGuard()
@@ -74,8 +72,7 @@ def _run(skip: str, max_grad_norm: float = 1.0) -> list[dict]:
             skipper.arm(trainer)  # EmptyStepGuard.observe, at the window's last micro-batch, before its forward
             loss = loss * 0.0  # the zero-weight rows (loss mask and advantage 0)
         scaler.scale(loss).backward()
-        if max_grad_norm > 0:
-            scaler.unscale_(inner)  # HF Trainer's clip_grad_norm_ through accelerate
+        scaler.unscale_(inner)  # HF Trainer's gradient norm (and clipping): accelerate's clip_grad_norm_
         if i == 0 and skip == "grad":
             guard.check_gradients(trainer)  # on_pre_optimizer_step: NonFiniteStepCallback ...
         skipper.before_step(trainer)  # ... then StepSkipCallback
@@ -104,21 +101,19 @@ def _adam(state: dict) -> list:
             for k, s in sorted(state["adam"]["state"].items())]
 
 
-@pytest.mark.parametrize("max_grad_norm", [1.0, 0.0])
 @pytest.mark.parametrize("skip", ["loss", "grad"])
-def test_nonfinite_skip_is_the_scalers_overflow_step(skip, max_grad_norm):
-    native = _run("native", max_grad_norm)
+def test_nonfinite_skip_is_the_scalers_overflow_step(skip):
+    native = _run("native")
     assert native[0]["skipped"] and native[0]["scale"] == 2.0**9  # the scaler backed off and skipped the update
     assert native[0]["lr"] == 0.1 and native[1]["lr"] < 0.1  # HF held the schedule for the overflow step only
-    guarded = _run(skip, max_grad_norm)
+    guarded = _run(skip)
     for step, (ours, ref) in enumerate(zip(guarded, native)):
         assert _same(ours, ref), f"step {step}: {ours} vs the scaler's own overflow handling {ref}"
     assert not guarded[1]["skipped"] and not torch.equal(guarded[1]["params"][0], guarded[0]["params"][0])
 
 
-@pytest.mark.parametrize("max_grad_norm", [1.0, 0.0])
-def test_empty_skip_keeps_the_scale_and_the_next_step_runs(max_grad_norm):
-    states = _run("empty", max_grad_norm)
+def test_empty_skip_keeps_the_scale_and_the_next_step_runs():
+    states = _run("empty")
     torch.manual_seed(0)
     initial = [p.detach().clone() for p in torch.nn.Linear(4, 3).parameters()]
     assert states[0]["skipped"] and states[0]["scale"] == 2.0**10 and states[0]["growth"] == 0

@@ -11,10 +11,13 @@ DeepSpeed, :class:`StepSkipCallback` acts around that call:
   parameter whose ``.grad`` is None entirely (no moment, step-counter or weight-decay update; so does transformers'
   Adafactor: tests/grpo_trainer/test_step_skip_optimizers.py), so HF's ``optimizer.step()`` that follows changes
   nothing. Under an fp16 scaler the
-  step still runs the scaler's ``step`` / ``update``: its inf check must be recorded before the gradients go, so when
-  HF's gradient clipping has not unscaled them (``max_grad_norm`` = 0) this does, through accelerate's
-  ``unscale_gradients``; an empty window runs its zero-weight rows' forward and backward under a scaler for the same
-  reason (trainer/grpo_trainer.py ``_training_step``).
+  step still runs the scaler's ``step`` / ``update``, which asserts unless an inf check was recorded before the
+  gradients went: HF records it, because it reads the gradient norm through accelerate's ``clip_grad_norm_`` before
+  this event whatever ``max_grad_norm`` is (with an infinite bound at 0; transformers 5.10-5.29 ``_get_grad_norm``),
+  and that unscales; an empty window runs its zero-weight rows' forward and backward under a scaler so there are
+  gradients to check (trainer/grpo_trainer.py ``_training_step``). (transformers reads the norm of gradients on
+  several DTensor meshes without accelerate, so nothing unscales them: a skip under an fp16 scaler there would reach
+  ``scaler.step`` with no inf check; untested, as is every such mesh here.)
 - ``on_step_end`` (after HF stepped the scheduler): the saved scheduler state and learning rates are loaded back, and
   the scaler's state with them -- unchanged for an empty step, backed off as after the scaler's own overflow step
   (scale x ``backoff_factor``, growth tracker 0) for a non-finite one.
@@ -72,8 +75,8 @@ class OptimizerStepSkip:
         scaler = getattr(trainer.accelerator, "scaler", None)
         scaling = None
         if scaler is not None and scaler.is_enabled():
-            if not (trainer.args.max_grad_norm or 0) > 0:  # HF unscales (to clip) only when max_grad_norm > 0
-                trainer.accelerator.unscale_gradients()
+            # The scaler's inf check is already recorded: HF reads the gradient norm through accelerate's
+            # clip_grad_norm_ (max_grad_norm, or inf to only read it), which unscales, before this event.
             scaling = scaler.state_dict()
             if self.armed == OVERFLOW:
                 scaling.update(scale=scaling["scale"] * scaling["backoff_factor"], _growth_tracker=0)
