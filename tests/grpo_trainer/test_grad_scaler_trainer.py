@@ -98,6 +98,7 @@ def test_empty_steps_under_a_scaler_change_nothing(tmp_path, max_grad_norm):
     with fp16_scaler(tr) as scaler:
         tr.train()
         assert tr.optimizer.scaler is scaler, "the optimizer must step through the scaler (else the test is void)"
+        assert hasattr(tr.model, "_original_forward"), "accelerate wraps the forward in fp16 autocast under native_amp"
     step1, step2, step3, step4 = snaps.after
     assert step1["scaler"]["scale"] == INIT_SCALE * 2, "step 1 is a scaler step: growth_interval 1 doubles the scale"
     assert step1["optimizer"]["state"], "Adam state exists after step 1"
@@ -111,6 +112,24 @@ def test_empty_steps_under_a_scaler_change_nothing(tmp_path, max_grad_norm):
     assert all(bool(torch.isfinite(p).all()) for p in tr.model.parameters())
     logged = [h["stages/empty_step"] for h in tr.state.log_history if "stages/empty_step" in h]
     assert logged == [0.0, 1.0, 1.0, 0.0]
+
+
+def test_an_empty_first_step_under_a_scaler_changes_nothing(tmp_path):
+    """The first two steps filter every group: the scaler's first ``scale()`` call is a zero-weight row's, the scale
+    stays at ``init_scale``, no weight or optimizer state exists or moves until step 3 trains."""
+    tr = _trainer(tmp_path, [reward_parity_flat_at(1, 2)], rollout_filter="snr", snr_value=0.9, max_steps=3,
+                  empty_batch_stop_steps=0)
+    snaps = Snapshots(tr)
+    tr.add_callback(snaps)
+    initial = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    with fp16_scaler(tr):
+        tr.train()
+    step1, step2, step3 = snaps.after
+    for empty in (step1, step2):
+        assert _equal(initial, empty["params"]) and not empty["optimizer"]["state"]
+        assert empty["scaler"]["scale"] == INIT_SCALE and empty["scaler"]["_growth_tracker"] == 0
+    assert step1["lr"] == step2["lr"] > step3["lr"]
+    assert not _equal(step2["params"], step3["params"]) and step3["scaler"]["scale"] == INIT_SCALE * 2
 
 
 def test_a_nonfinite_gradient_backs_the_scale_off_once(tmp_path):
