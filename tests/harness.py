@@ -5,6 +5,7 @@ Used by the in-process tests and by the multi-process scenario script (so both b
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 from typing import Any
@@ -15,6 +16,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 
 PROMPTS = [
     "What is 2 + 3?",
@@ -237,6 +239,39 @@ def spy_batches(trainer: Any, outputs: list | None = None) -> list:
 
     trainer._build_rollout_batch = spy
     return seen
+
+
+class StepSnapshots(TrainerCallback):
+    """Keeps, after every optimizer step (``on_step_end``, after the
+    trainer's own callbacks), the weights, the optimizer's and LR scheduler's state, the LR and, under a GradScaler,
+    the scaler's state, in ``after``."""
+
+    def __init__(self, trainer: Any):
+        self.trainer, self.after = trainer, []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        tr = self.trainer
+        scaler = tr.accelerator.scaler
+        self.after.append({
+            "params": {n: p.detach().clone() for n, p in tr.model.named_parameters()},
+            "optimizer": copy.deepcopy(tr.optimizer.state_dict()),
+            "lr": tr.lr_scheduler.get_last_lr()[0],
+            "scheduler": copy.deepcopy(tr.lr_scheduler.state_dict()),
+            "scaler": None if scaler is None else copy.deepcopy(scaler.state_dict()),
+        })
+        return control
+
+
+def same_state(a: Any, b: Any) -> bool:
+    """Exact equality of nested state (weights, an optimizer's or scheduler's ``state_dict()``): tensors bit for bit,
+    dicts key for key, sequences item for item, anything else by ``==``."""
+    if torch.is_tensor(a):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_state(u, v) for u, v in zip(a, b))
+    return a == b
 
 
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

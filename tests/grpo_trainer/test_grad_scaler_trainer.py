@@ -15,52 +15,24 @@ off once, as the scaler's own overflow step does, not twice.
 
 from __future__ import annotations
 
-import copy
 from contextlib import contextmanager
 
 import pytest
 import torch
 from harness import (
     BASE_ARGS,
+    StepSnapshots,
     deterministic_rollout_func,
     prompt_dataset,
     reward_parity_flat_at,
     reward_token_parity,
+    same_state,
     tiny_model_path,
 )
-from transformers import TrainerCallback
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
 
 INIT_SCALE = 2.0**10
-
-
-class Snapshots(TrainerCallback):
-    """After every optimizer step: weights, optimizer state, LR schedule and the scaler's state. Added after the
-    trainer's own callbacks, so it sees the step as the skip callback left it."""
-
-    def __init__(self, trainer):
-        self.trainer, self.after = trainer, []
-
-    def on_step_end(self, args, state, control, **kwargs):
-        tr = self.trainer
-        self.after.append({
-            "params": {n: p.detach().clone() for n, p in tr.model.named_parameters()},
-            "optimizer": copy.deepcopy(tr.optimizer.state_dict()),
-            "lr": tr.lr_scheduler.get_last_lr()[0],
-            "scheduler": copy.deepcopy(tr.lr_scheduler.state_dict()),
-            "scaler": copy.deepcopy(tr.accelerator.scaler.state_dict()),
-        })
-
-
-def _equal(x, y) -> bool:
-    if torch.is_tensor(x):
-        return torch.equal(x, y)
-    if isinstance(x, dict):
-        return x.keys() == y.keys() and all(_equal(x[k], y[k]) for k in x)
-    if isinstance(x, (list, tuple)):
-        return len(x) == len(y) and all(_equal(u, v) for u, v in zip(x, y))
-    return x == y
 
 
 @contextmanager
@@ -93,7 +65,7 @@ def test_empty_steps_under_a_scaler_change_nothing(tmp_path, max_grad_norm):
     are skipped; step 4 trains. With ``max_grad_norm`` 0 HF does not unscale, so the skip must."""
     tr = _trainer(tmp_path, [reward_parity_flat_at(2, 3)], rollout_filter="snr", snr_value=0.9,
                   max_grad_norm=max_grad_norm, empty_batch_stop_steps=0)
-    snaps = Snapshots(tr)
+    snaps = StepSnapshots(tr)
     tr.add_callback(snaps)
     with fp16_scaler(tr) as scaler:
         tr.train()
@@ -103,11 +75,11 @@ def test_empty_steps_under_a_scaler_change_nothing(tmp_path, max_grad_norm):
     assert step1["scaler"]["scale"] == INIT_SCALE * 2, "step 1 is a scaler step: growth_interval 1 doubles the scale"
     assert step1["optimizer"]["state"], "Adam state exists after step 1"
     for empty in (step2, step3):
-        assert _equal(step1["params"], empty["params"]), "weights moved on an empty step"
-        assert _equal(step1["optimizer"], empty["optimizer"]), "the optimizer's state moved on an empty step"
-        assert empty["lr"] == step1["lr"] and _equal(step1["scheduler"], empty["scheduler"])
+        assert same_state(step1["params"], empty["params"]), "weights moved on an empty step"
+        assert same_state(step1["optimizer"], empty["optimizer"]), "the optimizer's state moved on an empty step"
+        assert empty["lr"] == step1["lr"] and same_state(step1["scheduler"], empty["scheduler"])
         assert empty["scaler"] == step1["scaler"], "an empty step is no scaler step: scale and tracker unchanged"
-    assert not _equal(step3["params"], step4["params"]), "training did not resume"
+    assert not same_state(step3["params"], step4["params"]), "training did not resume"
     assert step4["lr"] < step3["lr"] and step4["scaler"]["scale"] == INIT_SCALE * 4
     assert all(bool(torch.isfinite(p).all()) for p in tr.model.parameters())
     logged = [h["stages/empty_step"] for h in tr.state.log_history if "stages/empty_step" in h]
@@ -119,24 +91,24 @@ def test_an_empty_first_step_under_a_scaler_changes_nothing(tmp_path):
     stays at ``init_scale``, no weight or optimizer state exists or moves until step 3 trains."""
     tr = _trainer(tmp_path, [reward_parity_flat_at(1, 2)], rollout_filter="snr", snr_value=0.9, max_steps=3,
                   empty_batch_stop_steps=0)
-    snaps = Snapshots(tr)
+    snaps = StepSnapshots(tr)
     tr.add_callback(snaps)
     initial = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
     with fp16_scaler(tr):
         tr.train()
     step1, step2, step3 = snaps.after
     for empty in (step1, step2):
-        assert _equal(initial, empty["params"]) and not empty["optimizer"]["state"]
+        assert same_state(initial, empty["params"]) and not empty["optimizer"]["state"]
         assert empty["scaler"]["scale"] == INIT_SCALE and empty["scaler"]["_growth_tracker"] == 0
     assert step1["lr"] == step2["lr"] > step3["lr"]
-    assert not _equal(step2["params"], step3["params"]) and step3["scaler"]["scale"] == INIT_SCALE * 2
+    assert not same_state(step2["params"], step3["params"]) and step3["scaler"]["scale"] == INIT_SCALE * 2
 
 
 def test_a_nonfinite_gradient_backs_the_scale_off_once(tmp_path):
     """A NaN gradient at step 2: the non-finite guard skips the step and the scaler, whose own inf check finds the
     NaN, backs off; the scale after is the scale before times backoff_factor, as after any overflow step."""
     tr = _trainer(tmp_path, [reward_token_parity], max_steps=3)
-    snaps = Snapshots(tr)
+    snaps = StepSnapshots(tr)
     tr.add_callback(snaps)
     param = tr.model.model.embed_tokens.weight
     backwards = []
@@ -150,7 +122,7 @@ def test_a_nonfinite_gradient_backs_the_scale_off_once(tmp_path):
         tr.train()
         backoff = scaler.get_backoff_factor()
     step1, step2, step3 = snaps.after
-    assert _equal(step1["params"], step2["params"]) and _equal(step1["optimizer"], step2["optimizer"])
+    assert same_state(step1["params"], step2["params"]) and same_state(step1["optimizer"], step2["optimizer"])
     assert step2["lr"] == step1["lr"]
     assert step2["scaler"]["scale"] == step1["scaler"]["scale"] * backoff == INIT_SCALE * 2 * backoff
     assert step2["scaler"]["_growth_tracker"] == 0

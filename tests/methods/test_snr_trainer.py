@@ -4,12 +4,11 @@ weights, not Adam's moments or step count, not the LR schedule -- and enough of 
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 from harness import (
     BASE_ARGS,
+    StepSnapshots,
     deterministic_rollout_func,
     kept_rows_only,
     loss_and_grads,
@@ -19,10 +18,10 @@ from harness import (
     reward_length,
     reward_parity_flat_at,
     reward_token_parity,
+    same_state,
     spy_batches,
     trl_trainer,
 )
-from transformers import TrainerCallback
 
 from trainer import ConfigError, WinnowConfig, WinnowGRPOTrainer
 from trainer.algorithms.snr_filter import group_scores, select_groups
@@ -76,36 +75,6 @@ def test_loss_scaling_multiplies_advantages_by_kept_fraction(tiny_model, tmp_pat
     assert torch.allclose(b["advantages"], a["advantages"] * factor, atol=1e-7)
 
 
-class Snapshots(TrainerCallback):
-    """Weights, optimizer state and LR after every optimizer step."""
-
-    def __init__(self):
-        self.after: list[dict] = []
-        self.trainer = None
-
-    def on_step_end(self, args, state, control, **kwargs):
-        tr = self.trainer
-        self.after.append({
-            "params": {n: p.detach().clone() for n, p in tr.model.named_parameters()},
-            "optimizer": copy.deepcopy(tr.optimizer.state_dict()),
-            "lr": tr.lr_scheduler.get_last_lr()[0],
-            "scheduler": copy.deepcopy(tr.lr_scheduler.state_dict()),
-        })
-
-
-def _same_state(a: dict, b: dict) -> bool:
-    def equal(x, y):
-        if torch.is_tensor(x):
-            return torch.equal(x, y)
-        if isinstance(x, dict):
-            return x.keys() == y.keys() and all(equal(x[k], y[k]) for k in x)
-        if isinstance(x, (list, tuple)):
-            return len(x) == len(y) and all(equal(u, v) for u, v in zip(x, y))
-        return x == y
-
-    return equal(a, b)
-
-
 def test_all_filtered_steps_change_nothing_and_stop_training(tiny_model, tmp_path):
     """Step 1 trains; at step 2 (and 3) every group's reward is flat, so the filter keeps nothing: the
     weights, Adam's moments and step count, and the LR schedule stay exactly as step 1 left them, and after
@@ -114,8 +83,7 @@ def test_all_filtered_steps_change_nothing_and_stop_training(tiny_model, tmp_pat
                reward_funcs=[reward_parity_flat_at(2, 3, 4, 5, 6)], rollout_filter="snr", snr_value=0.9,
                per_device_train_batch_size=8, max_steps=6,
                lr_scheduler_type="linear", weight_decay=0.1, snr_empty_stop_steps=2)
-    snaps = Snapshots()
-    snaps.trainer = tr
+    snaps = StepSnapshots(tr)
     tr.add_callback(snaps)
     initial = {n: p.detach().clone() for n, p in tr.model.named_parameters()}
     tr.train()
@@ -125,9 +93,9 @@ def test_all_filtered_steps_change_nothing_and_stop_training(tiny_model, tmp_pat
     assert max_abs_diff(initial, step1["params"]) > 0, "step 1 must train (else the test proves nothing)"
     assert step1["optimizer"]["state"], "Adam state exists after step 1"
     for later in (step2, step3):
-        assert _same_state(step1["params"], later["params"])
-        assert _same_state(step1["optimizer"], later["optimizer"])
-        assert later["lr"] == step1["lr"] and _same_state(step1["scheduler"], later["scheduler"])
+        assert same_state(step1["params"], later["params"])
+        assert same_state(step1["optimizer"], later["optimizer"])
+        assert later["lr"] == step1["lr"] and same_state(step1["scheduler"], later["scheduler"])
     history = tr.state.log_history
     assert [h["stages/empty_step"] for h in history if "stages/empty_step" in h] == [0.0, 1.0, 1.0]
     assert any("winnow_stop_reason" in h and "snr_empty_stop_steps" in h["winnow_stop_reason"] for h in history)
