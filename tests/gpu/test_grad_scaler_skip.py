@@ -1,9 +1,9 @@
 """Skipped optimizer steps under an fp16 GradScaler (a real ``torch.amp.GradScaler`` in a real accelerate
-``AcceleratedOptimizer``, a real LambdaLR schedule and AdamW), driven in HF Trainer's order: scaled backward,
-the gradient norm's ``unscale_`` (HF reads the norm through accelerate's ``clip_grad_norm_`` whatever
-``max_grad_norm`` is: transformers 5.10-5.29 ``_get_grad_norm``), ``on_pre_optimizer_step`` (the non-finite gradient
-check, then trainer/guards/step_skip.py), ``optimizer.step()``, the scheduler's step unless accelerate reports the
-step skipped, ``zero_grad``, ``on_step_end``.
+``AcceleratedOptimizer``, a real LambdaLR schedule and AdamW), driven in HF Trainer's order: scaled backward, the
+gradient norm's ``unscale_`` (HF reads the norm through accelerate's ``clip_grad_norm_`` whatever ``max_grad_norm``
+is: ``Trainer._get_grad_norm``, transformers 5.10 to 5.25), ``on_pre_optimizer_step`` (the non-finite gradient check,
+then trainer/guards/step_skip.py), ``optimizer.step()``, the scheduler's step unless accelerate reports the step
+skipped, ``zero_grad``, ``on_step_end``.
 
 The reference is the scaler's own behaviour, outside winnow: a non-finite skip must leave everything exactly as
 accelerate's overflow step does (scale x backoff_factor, growth tracker reset, weights, Adam's state and the LR as

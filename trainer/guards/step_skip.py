@@ -10,14 +10,14 @@ DeepSpeed, :class:`StepSkipCallback` acts around that call:
   scaler's ``state_dict()``, then drops every gradient (``zero_grad(set_to_none=True)``). torch's optimizers skip a
   parameter whose ``.grad`` is None entirely (no moment, step-counter or weight-decay update; so does transformers'
   Adafactor: tests/grpo_trainer/test_step_skip_optimizers.py), so HF's ``optimizer.step()`` that follows changes
-  nothing. Under an fp16 scaler the
-  step still runs the scaler's ``step`` / ``update``, which asserts unless an inf check was recorded before the
-  gradients went: HF records it, because it reads the gradient norm through accelerate's ``clip_grad_norm_`` before
-  this event whatever ``max_grad_norm`` is (with an infinite bound at 0; transformers 5.10-5.29 ``_get_grad_norm``),
-  and that unscales; an empty window runs its zero-weight rows' forward and backward under a scaler so there are
-  gradients to check (trainer/grpo_trainer.py ``_training_step``). (transformers reads the norm of gradients on
-  several DTensor meshes without accelerate, so nothing unscales them: a skip under an fp16 scaler there would reach
-  ``scaler.step`` with no inf check; untested, as is every such mesh here.)
+  nothing. Under an fp16 scaler the step still runs the scaler's ``step`` / ``update``, which asserts unless an inf
+  check was recorded before the gradients went: HF records it, because it reads the gradient norm through accelerate's
+  ``clip_grad_norm_`` before this event whatever ``max_grad_norm`` is (with an infinite bound at 0:
+  ``Trainer._get_grad_norm`` in transformers 5.10, 5.17, 5.24 and 5.25, the newest on PyPI in pyproject's pin), which
+  unscales; an empty window runs its zero-weight rows' forward and backward under a scaler, so there are gradients
+  to check (trainer/grpo_trainer.py ``_training_step``). (transformers reads the norm of gradients on several DTensor
+  meshes without accelerate, so nothing unscales them: a skip under an fp16 scaler there would reach ``scaler.step``
+  with no inf check; untested, as is every such mesh here.)
 - ``on_step_end`` (after HF stepped the scheduler): the saved scheduler state and learning rates are loaded back, and
   the scaler's state with them -- unchanged for an empty step, backed off as after the scaler's own overflow step
   (scale x ``backoff_factor``, growth tracker 0) for a non-finite one.
