@@ -242,9 +242,8 @@ def spy_batches(trainer: Any, outputs: list | None = None) -> list:
 
 
 class StepSnapshots(TrainerCallback):
-    """Keeps, after every optimizer step (``on_step_end``, after the
-    trainer's own callbacks), the weights, the optimizer's and LR scheduler's state, the LR and, under a GradScaler,
-    the scaler's state, in ``after``."""
+    """Keeps, after every optimizer step (``on_step_end``, after the trainer's own callbacks), the weights, the
+    optimizer's and LR scheduler's state, the LR and, under a GradScaler, the scaler's state, in ``after``."""
 
     def __init__(self, trainer: Any):
         self.trainer, self.after = trainer, []

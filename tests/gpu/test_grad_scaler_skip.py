@@ -56,8 +56,7 @@ def _run(skip: str) -> list[dict]:
     optimizer = AcceleratedOptimizer(inner, scaler=scaler)
     skipper = OptimizerStepSkip()
     trainer = SimpleNamespace(optimizer=optimizer, model=model, accelerator=_Accelerator(optimizer),
-                              lr_scheduler=scheduler,
-                              step_skip=skipper, state=SimpleNamespace(global_step=0),
+                              lr_scheduler=scheduler, step_skip=skipper, state=SimpleNamespace(global_step=0),
                               _metrics={"train": defaultdict(list)})
     guard = NonFiniteGuard()
     x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))

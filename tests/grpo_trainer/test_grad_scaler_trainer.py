@@ -2,7 +2,7 @@
 
 accelerate builds a GradScaler only for fp16 on a GPU, so on this CPU the trainer gets the one accelerate would build
 (``torch.amp.GradScaler``, the CPU device's) and accelerate's fp16 flags before ``train()`` prepares the model and
-optimizer: the loss is scaled in ``accelerator.backward``, HF's clipping unscales through the scaler, the
+optimizer: the loss is scaled in ``accelerator.backward``, HF's gradient norm unscales through the scaler, the
 AcceleratedOptimizer steps through ``scaler.step`` / ``update``, and the model runs under CPU fp16 autocast. What only
 a GPU shows (CUDA fp16 kernels) is not here; tests/gpu/test_grad_scaler_skip.py holds the callbacks to accelerate's
 own overflow step with the objects alone.
@@ -62,7 +62,8 @@ def _trainer(tmp_path, reward_funcs, **overrides):
 @pytest.mark.parametrize("max_grad_norm", [0.0, 1.0])
 def test_empty_steps_under_a_scaler_change_nothing(tmp_path, max_grad_norm):
     """Steps 2 and 3 filter every group: they run only zero-weight rows (so the scaler has gradients to check) and
-    are skipped; step 4 trains. With ``max_grad_norm`` 0 HF does not unscale, so the skip must."""
+    are skipped; step 4 trains. At ``max_grad_norm`` 0 HF still unscales, to read the gradient norm (a second
+    unscale in the skip raised there)."""
     tr = _trainer(tmp_path, [reward_parity_flat_at(2, 3)], rollout_filter="snr", snr_value=0.9,
                   max_grad_norm=max_grad_norm, empty_batch_stop_steps=0)
     snaps = StepSnapshots(tr)
