@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ConfigError": ".config.core",
+    "ConfigError": ".config.errors",
     "WinnowConfig": ".config.core",
     "WinnowGRPOTrainer": ".grpo_trainer",
     "RewardFunctionError": ".guards.rewards",

@@ -132,17 +132,14 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self.add_callback(StepSkipCallback(self, self.step_skip))
         # The methods that are not stages (DAPO's dynamic sampling, RAGEN's collapse probe and stops, the frozen
         # teacher), each built by the hook it registered (trainer/pipeline/hooks.py): this class names none of them.
-        self._hooks: dict[str, Any] = {}
-        for hook in hooks.configured_hooks(args):
-            built = hook.build(self)
-            if built is not None:
-                self._hooks[hook.key] = built
+        self._hooks = hooks.build_hooks(self, args)  # each names its points; a misspelt one fails here
         # Each configured stage's own state (Stage.state), handed to it as batch.stage_state[key].
         self._stage_states = {s.state_key: s.state(args) for s in self._stages if s.state is not None}
         # Everything checkpointed in STAGE_STATE_FILE, by its key there (one protocol: stages.Checkpointed).
         guards = (("empty_steps", self._empty_steps), ("numerics", self._numerics))
         self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
-        self._checkpointed.update({k: obj for k, obj in self._hooks.items() if isinstance(obj, stages.Checkpointed)})
+        self._checkpointed.update({k: obj for k, obj in self._hooks.by_key.items()
+                                   if isinstance(obj, stages.Checkpointed)})
         self._checkpointed.update(self._stage_states)
         self._checkpointed[generation_resume.STATE_KEY] = self.generation_buffer
         self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
@@ -218,10 +215,10 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     def hook(self, key: str) -> Any | None:
         """The object the method hook ``key`` built for this run, or None when the config does not turn it on."""
-        return self._hooks.get(key)
+        return self._hooks.by_key.get(key)
 
     def _at(self, point: str) -> list[Any]:
-        return [obj for obj in self._hooks.values() if callable(getattr(obj, point, None))]
+        return self._hooks.at(point)
 
     def generate_and_score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's generation and scoring of ``inputs`` alone, no stage pipeline (collective): DAPO's refills."""

@@ -49,7 +49,8 @@ class BatchLog:
         self.kept = list(state["kept"])
 
 
-@hooks.register_hook(KEY, enabled=lambda args: getattr(args, "log_batches", False))
+@hooks.register_hook(KEY, enabled=lambda args: getattr(args, "log_batches", False),
+                     points=("after_generation", "before_pipeline", "after_decision"))
 def build_batch_log(trainer) -> BatchLog:
     return BatchLog(trainer)
 

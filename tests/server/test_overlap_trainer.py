@@ -120,7 +120,10 @@ def test_s0_is_trls_loop_and_the_queue_at_s0_trains_it_bit_identically(server, t
         trainer = make_trainer(server, tmp_path / name, max_staleness=0, max_steps=4)
         assert trainer.hook("overlap") is None
         if name == "queue_at_s0":  # the hook, built by hand: its registration turns it on only for s > 0
-            trainer._hooks["overlap"] = overlapped_generation.build(trainer)
+            built = overlapped_generation.build(trainer)
+            trainer._hooks.by_key["overlap"] = built
+            for point in ("save_checkpoint", "load_checkpoint"):
+                trainer._hooks.at_point[point].append(built)
         snapshots = []
         trainer.add_callback(Snapshot(trainer, snapshots))
         trainer.train()

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from trainer.config.errors import ConfigError
 from trainer.config.redaction import redact_url
 
 logger = logging.getLogger("trainer.cli.train")  # by name: run as __main__ too (python -m trainer.cli.train)
@@ -84,7 +85,6 @@ def _cli_value(argv: list[str], name: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Check the recipe and its inputs, build the trainer, train, save the final model; 2 on a recipe error."""
     # heavy: torch starts with these, and console_main must set the allocator config first (set_allocator_conf)
-    from trainer.config.core import ConfigError
     from trainer.config.recipe import (
         build_trainer,
         check_run,

@@ -23,15 +23,7 @@ from trainer.algorithms.normalisers import ROW_NORMALISED
 from trainer.config import redaction
 from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
-from trainer.methods.collapse.fields import CollapseFields
-from trainer.methods.cov_losses.fields import CovLossFields
-from trainer.methods.dynamic_sampling.fields import DynamicSamplingFields
-from trainer.methods.grpodropout.fields import GRPODropoutFields
-from trainer.methods.low_success_stop.fields import LowSuccessStopFields
-from trainer.methods.ppo.fields import PPOFields
-from trainer.methods.reward_variance_stop.fields import RewardVarianceStopFields
-from trainer.methods.snr.fields import SNRFilterFields
-from trainer.methods.uecr.fields import TeacherFields
+from trainer.methods import catalog
 from trainer.pipeline import stages
 from trainer.pipeline.step_dealing import VERL_MINIBATCH, WHOLE_STEPS, FilteredUpdates
 
@@ -41,19 +33,7 @@ _PICKLE_AS: ContextVar[dict[int, Any] | None] = ContextVar("winnow_pickle_as", d
 
 
 @dataclass
-class WinnowConfig(  # each method's knobs beside the method (trainer/methods/<method>/fields.py), mixed in here
-    ServerFields,
-    TeacherFields,
-    LowSuccessStopFields,
-    RewardVarianceStopFields,
-    CollapseFields,
-    CovLossFields,
-    DynamicSamplingFields,
-    GRPODropoutFields,
-    SNRFilterFields,
-    PPOFields,
-    GRPOConfig,
-):
+class WinnowConfig(ServerFields, *catalog.field_mixins(), GRPOConfig):  # each method's knobs beside it
     """GRPOConfig + the stage pipeline (filter -> dropout -> advantage) and loss variants.
 
     With ``rollout_filter="none"``, ``rollout_dropout="none"``, ``advantage="grpo"`` and
@@ -390,6 +370,7 @@ class WinnowConfig(  # each method's knobs beside the method (trainer/methods/<m
         validate_server_fields(self)
         self._validate_empty_batch_stop()
         for stage in stages.configured_stages(self):  # the selected stages' own checks (register_stage validate=)
+            self._check_method_fields(stage)
             if stage.validate is not None:
                 stage.validate(self)
         if self.num_generations is not None and self.num_generations < 2:
@@ -402,6 +383,16 @@ class WinnowConfig(  # each method's knobs beside the method (trainer/methods/<m
                     f"(got {self.num_generations})",
                     "set num_generations >= 2",
                 )
+
+    def _check_method_fields(self, stage: stages.Stage) -> None:
+        """A selected stage of a user's method needs that method's fields on this config (catalog.add)."""
+        for method in catalog.missing_fields(self):
+            if stage.fn.__module__ in {module.__name__ for module in method.registers}:
+                raise ConfigError(stage.kind, f"{stage.name!r} is a stage of the method {method.name!r}, whose "
+                                  f"fields ({method.fields.__name__}) this config class ({type(self).__name__}) "
+                                  "does not have",
+                                  f"use a config class that mixes them in: class MyConfig({method.fields.__name__}, "
+                                  "WinnowConfig)")
 
     def _validate_dr_grpo_token_sum(self) -> None:
         """``dr_grpo_token_sum`` rescales TRL's own dr_grpo loss (a surrogate-replacing loss_variant normalises on its

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import yaml
 from trl import TrlParser
 
-from trainer.config.core import ConfigError
+from trainer.config.errors import ConfigError
 from trainer.config.foreign_keys import foreign_key_error
 
 HELP_HINT = "see `python launch/train.py --help` for the fields"

@@ -14,7 +14,7 @@ import types
 import typing
 from typing import Any, Iterable
 
-from trainer.config.core import ConfigError
+from trainer.config.errors import ConfigError
 
 
 def _matches(value: Any, hint: Any) -> bool:

@@ -15,7 +15,7 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import DistributedType
 
-from trainer.config.core import ConfigError
+from trainer.config.errors import ConfigError
 from trainer.config.server import resolve_weight_sync
 
 WANDB_OFFLINE_MODES = ("offline", "dryrun", "disabled")

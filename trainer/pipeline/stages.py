@@ -35,7 +35,6 @@ the same answer: any randomness must come from a generator seeded from ``args`` 
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -110,7 +109,6 @@ class RowInput:
 _REGISTRY: dict[str, dict[str, Stage]] = {kind: {} for kind in STAGE_KINDS}
 _INPUTS: dict[str, RowInput] = {}
 _CONFIG_CHECKS: list[Callable[[Any], None]] = []
-_BUILTINS_LOADED = False
 
 
 def register_input(name: str, compute: Callable[..., dict[str, Any]], *, phase: str | None = None) -> None:
@@ -144,8 +142,8 @@ def register_config_check(check: Callable[[Any], None]) -> Callable[[Any], None]
 
 
 def config_checks() -> list[Callable[[Any], None]]:
-    """The registered config checks (the built-in methods' included), in registration order."""
-    load_builtin_methods()
+    """The registered config checks, in registration order (trainer/methods/catalog.py registers the built-in
+    methods' when the config is imported)."""
     return list(_CONFIG_CHECKS)
 
 
@@ -187,26 +185,13 @@ def register_stage(
     return decorator
 
 
-def load_builtin_methods() -> None:
-    """Import ``trainer.methods.builtin`` once, which registers the method stages (GRPODropout, SNR, ...).
-
-    Done on the first lookup rather than at import so that this registry imports nothing of the methods: they
-    import it, and a module-level import back would be a cycle held together only by import order."""
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        _BUILTINS_LOADED = True
-        importlib.import_module("trainer.methods.builtin")
-
-
 def available(kind: str) -> list[str]:
-    """Names registered for ``kind`` (the built-in method stages included), sorted."""
-    load_builtin_methods()
+    """Names registered for ``kind``, sorted."""
     return sorted(_REGISTRY[kind])
 
 
 def get_stage(kind: str, name: str) -> Stage:
-    """Look up a registered stage (the built-in method stages included); KeyError lists what exists."""
-    load_builtin_methods()
+    """Look up a registered stage; KeyError lists what exists."""
     try:
         return _REGISTRY[kind][name]
     except KeyError:

@@ -47,7 +47,7 @@ from envs import make_env
 from envs.episode import Episode, EpisodeSettings
 from envs.levels import parse_level_prompt
 from trainer import trl_contact
-from trainer.config.core import ConfigError
+from trainer.config.errors import ConfigError
 
 
 def training_chat_template(tokenizer: Any) -> str | None:

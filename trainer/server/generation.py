@@ -18,7 +18,7 @@ from accelerate.utils import broadcast_object_list
 from trl.generation.vllm_generation import VLLMGeneration
 
 from trainer import trl_contact
-from trainer.config.core import ConfigError
+from trainer.config.errors import ConfigError
 from trainer.server.client import GenerationServerError, harden_client, wait_for_server
 from trainer.server.weight_sync import SYNCS, ServerClient, http_only_client, lora_problems
 

@@ -340,7 +340,8 @@ class OverlapCallback(TrainerCallback):
         self.overlap.queue.close()
 
 
-@register_hook("overlap", enabled=lambda args: getattr(args, "max_staleness", 0) > 0)
+@register_hook("overlap", enabled=lambda args: getattr(args, "max_staleness", 0) > 0,
+               points=("save_checkpoint", "load_checkpoint"))
 def build(trainer: Any) -> OverlappedGeneration:
     """Overlapped generation for a run with ``max_staleness`` > 0, and its callback (evaluation, the run's end)."""
     overlap = OverlappedGeneration(trainer)

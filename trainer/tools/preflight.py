@@ -37,7 +37,7 @@ import torch
 import yaml
 
 from trainer.algorithms import normalisers
-from trainer.config.core import ConfigError
+from trainer.config.errors import ConfigError
 from trainer.config.recipe import parse_recipe, resolve_model_path
 from trainer.config.redaction import redact_url
 from trainer.config.server import resolve_weight_sync, server_url

@@ -3,9 +3,13 @@
 - ``fields.py``: its knobs, a mixin of ``WinnowConfig`` (``collapse_*``; ``collapse_detection: true`` turns it on);
 - ``hook.py``: the hook that samples traces, cross-scores them under the batch's prompts with the current policy and
   logs ``collapse/*`` over the pure metrics of trainer/algorithms/collapse_metrics.py, and its config checks
-  (registered by trainer/methods/builtin.py);
+ ;
 - ``reasoning_span.py``: which token ids of a reply are its reasoning (the ``<think>`` span);
 - its docs page, docs/ragen.md, and its recipes, configs/ragen/.
-
-Importing this package imports nothing: the config imports ``fields`` while the methods import the config.
 """
+
+from trainer.methods.collapse import hook
+from trainer.methods.collapse.fields import CollapseFields
+from trainer.methods.method import Method
+
+METHOD = Method("collapse", fields=CollapseFields, registers=(hook,))

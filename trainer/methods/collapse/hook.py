@@ -473,7 +473,7 @@ def _single_token_id(tokenizer: Any, token: str) -> int | None:
     return ids[0] if len(ids) == 1 else None
 
 
-@register_hook("collapse", enabled=lambda args: args.collapse_detection)
+@register_hook("collapse", enabled=lambda args: args.collapse_detection, points=("before_pipeline",))
 def build_collapse_detector(trainer: Any) -> CollapseDetector:
     """RAGEN-2's collapse probe for ``trainer`` (its schedule and EMAs are checkpointed)."""
     return CollapseDetector(trainer.args, trl_contact.tokenizer(trainer))

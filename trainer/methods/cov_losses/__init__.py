@@ -2,8 +2,12 @@
 
 - ``fields.py``: their knobs, a mixin of ``WinnowConfig`` (``clip_cov_*``, ``kl_cov_*``);
 - ``loss.py``: the ``loss_variant`` entries ``clip_cov`` and ``kl_cov`` over trainer/algorithms/losses.py, and their
-  config checks (registered by trainer/methods/builtin.py);
+  config checks;
 - their docs page, docs/baselines.md, and the recipes configs/grpodropout/table1/*-clip_cov.yaml / *-kl_cov.yaml.
-
-Importing this package imports nothing: the config imports ``fields`` while the methods import the config.
 """
+
+from trainer.methods.cov_losses import loss
+from trainer.methods.cov_losses.fields import CovLossFields
+from trainer.methods.method import Method
+
+METHOD = Method("cov_losses", fields=CovLossFields, registers=(loss,))

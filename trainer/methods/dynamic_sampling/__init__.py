@@ -3,8 +3,12 @@ generating more), all in this folder:
 
 - ``fields.py``: its knobs, a mixin of ``WinnowConfig`` (``dynamic_sampling`` turns it on);
 - ``hook.py``: the hook that refills the generation batch before the stage pipeline runs, and its config checks
-  (registered by trainer/methods/builtin.py);
+ ;
 - its docs page, docs/baselines.md, and the DAPO recipes (configs/grpodropout/table1/*-dapo.yaml).
-
-Importing this package imports nothing: the config imports ``fields`` while the methods import the config.
 """
+
+from trainer.methods.dynamic_sampling import hook
+from trainer.methods.dynamic_sampling.fields import DynamicSamplingFields
+from trainer.methods.method import Method
+
+METHOD = Method("dynamic_sampling", fields=DynamicSamplingFields, registers=(hook,))

@@ -265,7 +265,7 @@ def _pad(t: torch.Tensor, width: int, value: float, left: bool) -> torch.Tensor:
     return torch.cat([filler, t] if left else [t, filler], dim=1)
 
 
-@register_hook("dynamic_sampling", enabled=lambda args: args.dynamic_sampling)
+@register_hook("dynamic_sampling", enabled=lambda args: args.dynamic_sampling, points=("after_generation",))
 def build_dynamic_sampler(trainer: Any) -> DynamicSampler:
     """DAPO's dynamic sampling for ``trainer`` (its refill stream and checkpointed count)."""
     return DynamicSampler(trainer)

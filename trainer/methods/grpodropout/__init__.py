@@ -2,9 +2,13 @@
 
 - ``fields.py``: its knobs, a mixin of ``WinnowConfig`` (``dropout_*``; ``rollout_dropout: grpodropout`` turns it on);
 - ``stage.py``: the ``rollout_dropout`` stage over the pure selection and recentering of
-  trainer/algorithms/dropout.py, and its config checks (registered by trainer/methods/builtin.py);
+  trainer/algorithms/dropout.py, and its config checks;
 - its docs page, docs/grpodropout.md, and its recipes, configs/grpodropout/ (their claims are checked by
   tests/methods/test_grpodropout_fidelity.py and the recipe tests).
-
-Importing this package imports nothing: the config imports ``fields`` while the methods import the config.
 """
+
+from trainer.methods.grpodropout import stage
+from trainer.methods.grpodropout.fields import GRPODropoutFields
+from trainer.methods.method import Method
+
+METHOD = Method("grpodropout", fields=GRPODropoutFields, registers=(stage,))

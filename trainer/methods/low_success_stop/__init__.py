@@ -2,8 +2,12 @@
 
 - ``fields.py``: its knobs, a mixin of ``WinnowConfig`` (``low_success_stop_steps`` > 0 turns it on);
 - ``hook.py``: the hook and its callback that count failed evaluations and stop the run, and its config checks
-  (registered by trainer/methods/builtin.py);
+ ;
 - its docs page, docs/ragen-fidelity.md, and the RAGEN recipes, configs/ragen/.
-
-Importing this package imports nothing: the config imports ``fields`` while the methods import the config.
 """
+
+from trainer.methods.low_success_stop import hook
+from trainer.methods.low_success_stop.fields import LowSuccessStopFields
+from trainer.methods.method import Method
+
+METHOD = Method("low_success_stop", fields=LowSuccessStopFields, registers=(hook,))

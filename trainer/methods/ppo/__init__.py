@@ -7,6 +7,10 @@
   recipe checks;
 - ``hook.py``: the ``ppo_critic`` method hook that builds the critic and trains it on every micro-batch;
 - its docs page, docs/ppo.md.
-
-Importing this package imports nothing: the config imports ``fields`` while the methods import the config.
 """
+
+from trainer.methods.method import Method
+from trainer.methods.ppo import hook, stage
+from trainer.methods.ppo.fields import PPOFields
+
+METHOD = Method("ppo", fields=PPOFields, registers=(hook, stage))

@@ -66,7 +66,8 @@ class CriticStepCallback(TrainerCallback):
             trl_contact.metrics(self.trainer)["critic/grad_norm"].append(norm)
 
 
-@register_hook(HOOK_KEY, enabled=lambda args: getattr(args, "advantage", None) == "gae")
+@register_hook(HOOK_KEY, enabled=lambda args: getattr(args, "advantage", None) == "gae",
+               points=("train_micro_batch", "save_checkpoint", "load_checkpoint"))
 def build(trainer: Any) -> CriticHook:
     """The critic of a PPO run, and the callback that steps it."""
     hook = CriticHook(trainer)

@@ -2,8 +2,12 @@
 
 - ``fields.py``: their knobs, a mixin of ``WinnowConfig`` (``reward_variance_stop_*``, ``val_before_train``);
 - ``hook.py``: the two hooks (the stop and the evaluation before the first update) and their config checks
-  (registered by trainer/methods/builtin.py);
+ ;
 - their docs page, docs/ragen.md, and the RAGEN recipes, configs/ragen/.
-
-Importing this package imports nothing: the config imports ``fields`` while the methods import the config.
 """
+
+from trainer.methods.method import Method
+from trainer.methods.reward_variance_stop import hook
+from trainer.methods.reward_variance_stop.fields import RewardVarianceStopFields
+
+METHOD = Method("reward_variance_stop", fields=RewardVarianceStopFields, registers=(hook,))

@@ -122,7 +122,8 @@ class EvaluateBeforeTrainingCallback(TrainerCallback):
         return control
 
 
-@register_hook("reward_variance_stop", enabled=lambda args: args.reward_variance_stop_steps > 0)
+@register_hook("reward_variance_stop", enabled=lambda args: args.reward_variance_stop_steps > 0,
+               points=("after_decision",))
 def build_reward_variance_stop(trainer: Any) -> RewardVarianceStop:
     """RAGEN's reward-variance stop, and its callback ending training at the end of a generation batch (the
     trainer's micro-step counter decides when it generates)."""

@@ -2,8 +2,12 @@
 
 - ``fields.py``: its knobs, a mixin of ``WinnowConfig`` (``snr_*``; ``rollout_filter: snr`` turns it on);
 - ``stage.py``: the ``rollout_filter`` stage over the pure scoring and selection of trainer/algorithms/snr_filter.py,
-  its inputs and its config checks (registered by trainer/methods/builtin.py);
+  its inputs and its config checks;
 - its docs page, docs/ragen.md, and its recipes, configs/ragen/.
-
-Importing this package imports nothing: the config imports ``fields`` while the methods import the config.
 """
+
+from trainer.methods.method import Method
+from trainer.methods.snr import stage
+from trainer.methods.snr.fields import SNRFilterFields
+
+METHOD = Method("snr", fields=SNRFilterFields, registers=(stage,))

@@ -9,7 +9,10 @@ teacher-assisted baselines of its paper, all in this folder:
 - ``baselines.py``: the ``advantage`` stages ``pg_opd``, ``distilled_rl``, ``atod`` and the ``loss_variant``
   ``naive_hybrid``;
 - its docs page, docs/uecr.md, and its recipes, configs/uecr/.
-
-Everything registers from trainer/methods/builtin.py. Importing this package imports nothing: the config imports
-``fields`` while the methods import the config.
 """
+
+from trainer.methods.method import Method
+from trainer.methods.uecr import baselines, hook, stage
+from trainer.methods.uecr.fields import TeacherFields
+
+METHOD = Method("uecr", fields=TeacherFields, registers=(baselines, hook, stage))
