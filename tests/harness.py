@@ -224,20 +224,31 @@ def trl_trainer(model: str, output_dir: str, **overrides: Any):
                        train_dataset=prompt_dataset(), rollout_func=deterministic_rollout_func)
 
 
+def on_rollout_batch(trainer: Any, record: Any) -> None:
+    """Call ``record(output, batch)`` with every ``RolloutBatch`` the trainer's rounds build and TRL's batch dict it
+    was built from (as it is then: compaction rewrites it later), through a subclass of the trainer's round type."""
+    base = trainer.round_type
+
+    class Recorded(base):
+        def rollout_batch(self, keep=None):
+            batch = super().rollout_batch(keep)
+            record(self.output, batch)
+            return batch
+
+    trainer.round_type = Recorded
+
+
 def spy_batches(trainer: Any, outputs: list | None = None) -> list:
     """Record every ``RolloutBatch`` the trainer builds (and, into ``outputs``, TRL's batch dict it was built from):
     the global batch the stage pipeline saw, for tests that recompute the decision from it."""
     seen: list = []
-    original = trainer._build_rollout_batch
 
-    def spy(output, *rest):
-        batch = original(output, *rest)
+    def record(output, batch):
         seen.append(batch)
         if outputs is not None:
             outputs.append(output)
-        return batch
 
-    trainer._build_rollout_batch = spy
+    on_rollout_batch(trainer, record)
     return seen
 
 

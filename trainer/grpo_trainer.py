@@ -37,11 +37,10 @@ from trainer.guards.startup_checks import check_before_load, cuda_usable, weight
 from trainer.guards.step_skip import OptimizerStepSkip, StepSkipCallback
 from trainer.loss.call import LossCall
 from trainer.pipeline import hooks, stages, trained_batch_metrics
-from trainer.pipeline.batch import RolloutBatch, gather_padded
-from trainer.pipeline.dealing import DealSettings, deal
 from trainer.pipeline.gathered import GatheredRows
 from trainer.pipeline.generation_buffer import GenerationBuffer
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
+from trainer.pipeline.round import MicroBatch, Round
 from trainer.pipeline.token_budget import chunked_logps, chunked_loss
 from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server import overlapped_generation  # noqa: F401  (registers hook: overlap)
@@ -52,18 +51,18 @@ from trainer.tools import model_card
 
 STAGE_STATE_FILE = "winnow_stage_state.json"  # in each checkpoint folder, next to TRL's own state files
 
-# Every method of TRL's GRPOTrainer / HF Trainer this class overrides, with why (one line each). The two seams are
-# _generate_and_score_completions (the generation batch in) and _compute_loss (the loss out); the rest is named
-# here so that none is added without a reason (tests/contracts/test_no_runtime_patches.py checks the list).
+# Every method of TRL's GRPOTrainer / HF Trainer this class overrides, with why TRL offers no public way (one line
+# each). The two seams are _prepare_inputs (the generation batch in, to its Round) and _compute_loss (a MicroBatch's
+# loss out); the rest is named here so that none is added without a reason (tests/contracts/test_no_runtime_patches.py
+# checks the list).
 OVERRIDES = {
     "__init__": "launch checks before weights load; builds the stages, the method hooks and the guards",
     "create_model_card": "the card names the base model, the method and the dataset",
     "_tokenize_prompts": "RAGEN's think prefill after the generation prompt",
     "_calculate_rewards": "a failing reward function stops every rank; prefilled replies scored with the prefill",
-    "_generate_and_score_completions": "seam 1: the generation batch, gathered, through the stage pipeline",
     "training_step": "micro-batches of an all-dropped step run no forward; loss time apart from generation",
-    "_prepare_inputs": "winnow's buffer: a generation batch split as TRL splits it, dealt once, one micro-batch out",
-    "_compute_loss": "seam 2: the loss with its LossCall (trainer/loss/), chunked under micro_batch_tokens",
+    "_prepare_inputs": "seam 1: TRL's generation batch to its Round (trainer/pipeline/round.py), a MicroBatch out",
+    "_compute_loss": "seam 2: a MicroBatch's loss with its LossCall (trainer/loss/), chunked under a token budget",
     "_get_per_token_logps_and_entropies": "TRL's no-grad passes over token-budget chunks, and their token counts",
     "_generate": "timing_s/generation without the weight sync inside it",
     "_generate_single_turn": "max_staleness > 0: the batch's completions from the request sent s batches ahead",
@@ -82,6 +81,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "winnow-rl"]  # TRL's, and winnow-rl's: the model's and its card's tags
     card_facts = None  # the recipe's model and dataset, for the model card (a CardFacts, set by build_trainer)
+    round_type: type[Round] = Round  # owns each generation batch (trainer/pipeline/round.py); a subclass may extend it
 
     def __init__(
         self, model: Any, reward_funcs: Any = None, args: WinnowConfig | GRPOConfig | None = None, **kwargs: Any
@@ -115,8 +115,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # The generation batch being trained and the micro-step counter that picks its micro-batch, in place of
         # TRL's private buffer; checkpointed, so generation boundaries survive a resume (guards/generation_resume.py)
         self.generation_buffer = GenerationBuffer(args.steps_per_generation, self.num_iterations)
-        self._stages = stages.configured_stages(args)
-        self._stage_needs = stages.required_inputs(args)
+        self.configured_stages = stages.configured_stages(args)  # in pipeline order (read by the round)
+        self.stage_needs = stages.required_inputs(args)  # the per-row inputs they need
         self.add_callback(PhaseTimingCallback(self._timer, self))
         self.global_rewards_per_func: torch.Tensor | None = None  # (N, reward functions), all processes
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
@@ -134,22 +134,18 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # teacher), each built by the hook it registered (trainer/pipeline/hooks.py): this class names none of them.
         self._hooks = hooks.build_hooks(self, args)  # each names its points; a misspelt one fails here
         # Each configured stage's own state (Stage.state), handed to it as batch.stage_state[key].
-        self._stage_states = {s.state_key: s.state(args) for s in self._stages if s.state is not None}
+        self.stage_states = {s.state_key: s.state(args) for s in self.configured_stages if s.state is not None}
         # Everything checkpointed in STAGE_STATE_FILE, by its key there (one protocol: stages.Checkpointed).
         guards = (("empty_steps", self._empty_steps), ("numerics", self._numerics))
         self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
         self._checkpointed.update({k: obj for k, obj in self._hooks.by_key.items()
                                    if isinstance(obj, stages.Checkpointed)})
-        self._checkpointed.update(self._stage_states)
+        self._checkpointed.update(self.stage_states)
         self._checkpointed[generation_resume.STATE_KEY] = self.generation_buffer
-        self._prepared: dict[str, Any] | None = None  # micro-batch prepared by training_step, reused once
         if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
             raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
                               "chunks would change it", "use micro_batch_tokens: null with output_router_logits")
-        # the latest generation batch's decision, and whether it left nothing to train on, until it is dealt
-        self._decision: tuple[stages.Decision, bool] | None = None
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
-        self._gathered: GatheredRows | None = None  # the current generation batch over every process, until dealt
 
     # --- TRL override points -------------------------------------------------------------------------
 
@@ -183,54 +179,31 @@ class WinnowGRPOTrainer(GRPOTrainer):
             return with_prefill(completions, THINK_PREFILL)
         return completions
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """TRL's generation and scoring, then the stage pipeline on the global batch (training only;
-        evaluation keeps TRL's plain GRPO batch)."""
-        marks = trained_batch_metrics.metric_marks(trl_contact.metrics(self))
-        output = super()._generate_and_score_completions(inputs)
-        if not self.model.training:
-            return output
-        initial_keep = None
-        for method in self._at("after_generation"):  # e.g. DAPO: constant-reward groups replaced by new ones
-            output, initial_keep = method.after_generation(self, output, marks)
-        step = self.state.global_step + 1
-        for method in self._at("before_pipeline"):  # the unfiltered batch (RAGEN's collapse probe)
-            method.before_pipeline(self, output, step)
-        batch = self._build_rollout_batch(output, initial_keep)
-        with self.phase("stage_pipeline"):
-            decision = stages.run_pipeline(batch, self.args)
-        self._add_loss_inputs(output, batch)
-        trained_batch_metrics.table_advantages(trl_contact.completion_logs(self), decision.advantages, batch.mask)
-        B, T = output["completion_ids"].shape  # this rank's rows of the pipeline's advantages, in TRL's batch
-        advantages = decision.advantages[self.accelerator.process_index * B:(self.accelerator.process_index + 1) * B]
-        output["advantages"] = advantages[:, :T] if advantages.dim() == 2 else advantages
-        self._decision = (decision, not bool((decision.keep & batch.trainable).any()))  # dealt by _prepare_inputs
-        for name, value in decision.metrics.items():
-            trl_contact.metrics(self)[name].append(value)
-        for method in self._at("after_decision"):  # e.g. RAGEN's reward-variance stop
-            method.after_decision(self, decision)
-        return output
-
     # --- what the method hooks use (trainer/pipeline/hooks.py) ---------------------------------------------
 
     def hook(self, key: str) -> Any | None:
         """The object the method hook ``key`` built for this run, or None when the config does not turn it on."""
         return self._hooks.by_key.get(key)
 
-    def _at(self, point: str) -> list[Any]:
+    def hooks_at(self, point: str) -> list[Any]:
+        """The built hook objects that take part at ``point`` (trainer/pipeline/hooks.py), in registration order."""
         return self._hooks.at(point)
+
+    @property
+    def counts_step_tokens(self) -> bool:
+        """Whether stages can remove rollouts, so the round deals kept rows to their optimizer steps and counts each
+        step's loss tokens for the empty-step guard (off: TRL's batch and step logic, untouched)."""
+        return self._empty_steps is not None
 
     def generate_and_score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """TRL's generation and scoring of ``inputs`` alone, no stage pipeline (collective): DAPO's refills."""
         return super()._generate_and_score_completions(inputs)
 
     def gathered(self, output: dict[str, Any]) -> GatheredRows:
-        """The generation batch ``output``'s rows over every process (trainer/pipeline/gathered.py): each key of TRL's
-        dict crosses the processes once, however many readers (the stages' batch, compaction, the collapse probe,
-        DAPO's relog) read it. Collective on a key's first read."""
-        if self._gathered is None or self._gathered.output is not output:
-            self._gathered = GatheredRows(output, self.accelerator, trl_contact.pad_token_id(self))
-        return self._gathered
+        """The generation batch ``output``'s rows over every process, the round's own (trainer/pipeline/round.py):
+        each key of TRL's dict crosses the processes once, however many readers (the stages' batch, compaction, the
+        collapse probe, DAPO's relog) read it. Collective on a key's first read."""
+        return self.generation_buffer.round.gathered(output)
 
     def last_generation_was_empty(self) -> bool:
         """Whether the latest generation batch had nothing to train on (stages removed every rollout)."""
@@ -253,74 +226,47 @@ class WinnowGRPOTrainer(GRPOTrainer):
             self._timer.seconds["loss_fwd_bwd"] += spent
 
     def _training_step(self, model, inputs, num_items_in_batch):
-        """TRL's training step, except for micro-batches of an optimizer step that holds no kept rollout on any
-        rank (``winnow_all_dropped``, trainer/pipeline/step_dealing.py): they run no forward and no backward at all --
+        """TRL's training step; when stages can remove rollouts, the micro-batch is taken first (generating when due)
+        and counted by the empty-step guard, and one whose optimizer step holds no kept rollout on any rank
+        (``MicroBatch.trains`` False, trainer/pipeline/step_dealing.py) runs no forward and no backward at all --
         every rank skips together, the decision being global -- and the optimizer step is skipped. Under DeepSpeed
         (whose step is inside backward) and an fp16 GradScaler (whose step needs gradients to check for inf) their
         zero-weight rows run as TRL's step."""
-        if self._empty_steps is None or self.is_deepspeed_enabled or self.accelerator.scaler is not None:
+        if self._empty_steps is None:
             return super().training_step(model, inputs, num_items_in_batch)
         # Trainer.training_step's own first lines: the mode decides how TRL generates (train vs eval batch)
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
             self.optimizer.train()
-        prepared = self._prepare_inputs(inputs)  # generates when due; the call inside TRL's step reuses it
-        if "winnow_all_dropped" in prepared:
+        micro = self._prepare_inputs(inputs)  # generates when due
+        self._empty_steps.observe(self, micro)
+        if not micro.trains and not self.is_deepspeed_enabled and self.accelerator.scaler is None:
             return torch.zeros((), device=self.accelerator.device)
-        self._prepared = prepared
-        return super().training_step(model, inputs, num_items_in_batch)
+        return super().training_step(model, micro, num_items_in_batch)  # its _prepare_inputs hands micro back
 
     @profiling_decorator  # TRL's own profiling key for this method (W&B "profiling/Time taken: ...")
-    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> dict[str, Any]:
-        """The current micro-batch. Training: when a new generation batch is due, TRL's generation and scoring with
-        the stage pipeline (:meth:`_generate_and_score_completions`), split into ``steps_per_generation``
-        micro-batches as TRL splits it and its kept rows dealt to their optimizer steps, into
-        :attr:`generation_buffer`; when stages can remove rollouts, each micro-batch's loss tokens are also counted
-        so an optimizer step left with none is skipped (trainer/guards/empty_steps.py). Evaluation: TRL's."""
-        if self._prepared is not None:
-            inputs, self._prepared = self._prepared, None
-            return inputs
+    def _prepare_inputs(self, generation_batch: dict[str, Any]) -> MicroBatch:
+        """The current micro-batch. Training: when a new generation batch is due, TRL's generation and scoring of it
+        (``_generate_and_score_completions``), handed to its :class:`Round` (trainer/pipeline/round.py: hooks,
+        stages, dealing into ``steps_per_generation`` micro-batches), which the generation buffer holds; then the
+        micro-step's micro-batch. Evaluation: TRL's batch. A micro-batch already taken (``_training_step`` hands it to
+        HF's step) is handed back as it is."""
+        if isinstance(generation_batch, MicroBatch):
+            return generation_batch
         if not self.model.training:
-            return super()._prepare_inputs(generation_batch)
+            return MicroBatch(super()._prepare_inputs(generation_batch))
         start = time.perf_counter()
-        if self.generation_buffer.due():
-            output = self._generate_and_score_completions(generation_batch)
-            with self.phase("stage_pipeline"):
-                self.generation_buffer.fill(self._deal(output))
+        buffer = self.generation_buffer
+        if buffer.due():
+            marks = trained_batch_metrics.metric_marks(trl_contact.metrics(self))
+            output = self._generate_and_score_completions(generation_batch)  # TRL's
+            generation = self.round_type(self, output, marks, buffer.micro_step)
+            buffer.fill(generation)
+            generation.run()
+            if self._empty_steps is not None:
+                self._empty_steps.observe_generation(self, generation.empty, generation.updates)
         self._timer.prepare_seconds += time.perf_counter() - start
-        inputs = self.generation_buffer.current()
-        if self._empty_steps is not None:
-            self._empty_steps.observe(self, inputs)
-        return inputs
-
-    def _deal(self, output: dict[str, Any]) -> list[dict[str, Any]]:
-        """The new batch's micro-batches: removed rows compacted away or masked, TRL's split, kept rows dealt to their
-        optimizer steps (trainer/pipeline/dealing.py); the batch counted for the empty-batch stop."""
-        (decision, empty), self._decision = self._decision, None
-        args, world = self.args, self.accelerator.num_processes
-        settings = DealSettings(
-            steps_per_generation=args.steps_per_generation,
-            accumulation=args.gradient_accumulation_steps,
-            micro_batch_rows=args.per_device_train_batch_size,
-            passes=self.num_iterations,
-            filtered_updates=args.filtered_updates,
-            compact=args.compact_batch,
-            balance_tokens=(args.micro_batch_tokens is not None and args.balance_rank_tokens and world > 1
-                            and args.compact_batch),
-            loss_type=self.loss_type,
-            pad_token_id=trl_contact.pad_token_id(self),
-            step_dealing=self._empty_steps is not None,
-        )
-        dealt = deal(output, decision.keep, decision.advantages, settings=settings,
-                     first_micro_step=self.generation_buffer.micro_step, accelerator=self.accelerator,
-                     gathered=self.gathered(output))
-        self._gathered = None  # the batch is dealt: its gathered rows are not read again
-        if dealt.rank_tokens is not None and args.micro_batch_tokens is not None and world > 1:
-            trl_contact.metrics(self)["tokens/rank_max"].append(float(dealt.rank_tokens.max()))
-            trl_contact.metrics(self)["tokens/rank_min"].append(float(dealt.rank_tokens.min()))
-        if self._empty_steps is not None:
-            self._empty_steps.observe_generation(self, empty, 0 if empty else dealt.updates)
-        return dealt.micro_batches
+        return buffer.current()
 
     def _compute_loss(self, model, inputs):
         """The loss seam: the configured loss variant (``none`` = TRL's loss) on this micro-batch with its
@@ -342,7 +288,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
                     float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
                 )
         if model.training and torch.is_grad_enabled():
-            for method in self._at("train_micro_batch"):  # e.g. PPO's critic: its value loss on this micro-batch
+            for method in self.hooks_at("train_micro_batch"):  # e.g. PPO's critic: its value loss on this micro-batch
                 method.train_micro_batch(self, inputs, call)
         call.recorder.flush(self.accelerator, trl_contact.metrics(self, "train" if self.model.training else "eval"))
         if self._numerics is not None and model.training:
@@ -351,13 +297,13 @@ class WinnowGRPOTrainer(GRPOTrainer):
 
     def _loss_call(self, inputs: dict[str, Any]) -> LossCall:
         """What this micro-batch's loss differs from TRL's by. The row scale: batch compaction's ``N / N_kept``
-        (``winnow_loss_scale``: TRL divides grpo/sapo/dr_grpo/luspo losses by the micro-batch's rows, so training on
+        (``MicroBatch.row_scale``: TRL divides grpo/sapo/dr_grpo/luspo losses by the micro-batch's rows, so training on
         the kept rollouts alone would multiply the loss by it; trainer/pipeline/compaction.py), times
         ``max_completion_length`` under ``dr_grpo_token_sum`` (verl's seq-mean-token-sum is TRL's dr_grpo without its
         division by that constant); token-normalised losses need none (the mask re-weights alone). The entropy
         bonus aggregated like the policy term: RAGEN's (verl's), ``entropy_aggregation: loss_type``
         (trainer/loss/trl_loss.py)."""
-        scale = inputs.get("winnow_loss_scale")
+        scale = getattr(inputs, "row_scale", None)
         if self.args.dr_grpo_token_sum:
             scale = self.max_completion_length * (1.0 if scale is None else scale)
         aggregate = (self.args.entropy_aggregation == "loss_type" and self.args.loss_variant == "none"
@@ -429,7 +375,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             super()._save_checkpoint(model, trial)
             self._record_published_best(run_dir, staged)
             generation_resume.save_batch(self, staged)  # inside a generation batch: its rest, for an exact resume
-            for method in self._at("save_checkpoint"):  # e.g. PPO's critic: weights and optimizer state
+            for method in self.hooks_at("save_checkpoint"):  # e.g. PPO's critic: weights and optimizer state
                 method.save_checkpoint(self, staged)
             state = self._stage_state()
             if state and self.args.should_save:
@@ -492,7 +438,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
                     obj.load_state_dict(state[key])
         if checkpoint:  # the generation buffer's micro-step and, mid-batch, its rest (train refuses a resume without)
             generation_resume.restore(self, checkpoint, STAGE_STATE_FILE)
-            for method in self._at("load_checkpoint"):
+            for method in self.hooks_at("load_checkpoint"):
                 method.load_checkpoint(self, checkpoint)
 
     # --- helpers -------------------------------------------------------------------------------------
@@ -506,98 +452,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _stage_state(self) -> dict[str, Any]:
         """What STAGE_STATE_FILE holds: every checkpointed object's ``state_dict()`` under its key."""
         return {key: obj.state_dict() for key, obj in self._checkpointed.items()}
-
-    def _add_loss_inputs(self, output: dict[str, Any], batch: RolloutBatch) -> None:
-        """This rank's rows (and the batch's length T) of the per-row tensors the configured stages' loss variants
-        read in every micro-batch (``Stage.loss_inputs``); compaction and step dealing carry them like TRL's own."""
-        B, T = output["completion_ids"].shape
-        rows = slice(self.accelerator.process_index * B, (self.accelerator.process_index + 1) * B)
-        for stage in self._stages:
-            if stage.loss_inputs is not None:
-                for key, t in stage.loss_inputs(batch, self.args).items():
-                    output[key] = t[rows, :T] if t.dim() >= 2 else t[rows]
-
-    def trl_compute_loss(self, model, inputs: dict[str, Any]) -> torch.Tensor:
-        """TRL's own ``_compute_loss``, unchanged: the ``none`` loss variant where nothing of winnow changes the loss
-        (``LossCall.plain``), and the evaluation loss of the surrogate-replacing variants."""
-        return super()._compute_loss(model, inputs)
-
-    def _build_rollout_batch(self, output: dict[str, Any], keep: torch.Tensor | None = None) -> RolloutBatch:
-        """Gather what the stages need from every process (collective: every rank calls it). ``keep`` is the
-        initial global keep mask (dynamic sampling's top-up groups start dropped)."""
-        acc = self.accelerator
-        completion_mask = output["completion_mask"]
-        gathered = self.gathered(output)
-
-        def gather_rows(t: torch.Tensor | None, pad: float = 0) -> torch.Tensor | None:
-            return None if t is None else gather_padded(acc, t, pad)
-
-        computed: dict[str, Any] = {}  # this rank's rows of every needed input (stages.register_input)
-        for spec in stages.input_providers(self._stage_needs):
-            # timed only when it runs: a phase that did not run logs no key
-            with self.phase(spec.phase) if spec.phase else nullcontext():
-                computed.update(spec.compute(self, output, self._stage_needs, computed))
-        rows = {k: v for k, v in computed.items() if not k.startswith("_")}
-        old_logps, entropies = rows.pop("old_logps", None), rows.pop("entropies", None)
-        extras: dict[str, Any] = {"global_step": self.state.global_step, "max_steps": self.state.max_steps}
-        extras.update({k: gather_rows(v) for k, v in rows.items() if v is not None})
-        return RolloutBatch(
-            R_k=self.global_rewards_per_func,
-            reward_weights=self.reward_weights.to(completion_mask.device),
-            reward_names=list(self.reward_func_names),
-            G=self.num_generations,
-            completion_ids=gathered["completion_ids"],
-            mask=gathered.loss_mask().float(),
-            old_logps=gather_rows(old_logps),
-            entropies=gather_rows(entropies),
-            extras=extras,
-            keep=keep,
-            stage_state=self._stage_states,
-        )
-
-    def old_policy_inputs(self, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):
-        """The ``old_logps`` and ``entropies`` row inputs (stages.py): the teacher pass's sampling-temperature
-        log-probs when they are the policy's and no entropy is needed, else :meth:`_old_policy_logps`."""
-        sampling_t = computed.get("_old_logps_sampling_t")
-        reusable = (sampling_t is not None and "entropies" not in needs and self.args.old_logps_source == "policy"
-                    and output.get("old_per_token_logps") is None)
-        if reusable:
-            return {"old_logps": sampling_t}
-        old_logps, entropies = self._old_policy_logps(output, need_entropy="entropies" in needs)
-        return {"old_logps": old_logps, "entropies": entropies}
-
-    def _old_policy_logps(self, output: dict[str, Any], need_entropy: bool):
-        """Old-policy per-token log-probs (and entropies) at the sampling temperature, local rows.
-
-        Reuses TRL's ``old_per_token_logps`` or the sampler's log-probs (``old_logps_source: sampler``)
-        when they exist; otherwise one no-grad forward of the current policy -- which, before this
-        generation batch's first update, *is* the old policy.
-        """
-        sampler = self.args.old_logps_source == "sampler"
-        if sampler and output.get("sampling_per_token_logps") is None:  # a rollout_func that returned no logprobs
-            raise ConfigError("old_logps_source", "'sampler' needs per-token log-probs, and the generator returned "
-                              "none for this batch", "use old_logps_source='policy' or return 'logprobs' from it")
-        if not need_entropy:
-            if sampler:
-                return output["sampling_per_token_logps"], None
-            if output.get("old_per_token_logps") is not None:
-                return output["old_per_token_logps"], None
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        with torch.no_grad():
-            logps, entropies, _ = self._get_per_token_logps_and_entropies(
-                self.model,
-                input_ids,
-                attention_mask,
-                output["completion_ids"].size(1),
-                batch_size=self.args.per_device_train_batch_size,
-                compute_entropy=need_entropy,
-            )
-        if sampler:
-            logps = output["sampling_per_token_logps"]
-        elif output.get("old_per_token_logps") is not None:
-            logps = output["old_per_token_logps"]
-        return logps, entropies
 
 
 def _validate_runtime(args: WinnowConfig, rollout_func: Any) -> None:

@@ -150,6 +150,15 @@ def per_token_logps_and_entropies(trainer: Any, *args: Any, **kwargs: Any) -> An
     return trainer._get_per_token_logps_and_entropies(*args, **kwargs)
 
 
+def trl_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+    """TRL's own ``GRPOTrainer._compute_loss`` on ``inputs``, past winnow's override of it (the loss seam): the
+    ``none`` loss variant where nothing of winnow changes the loss (``LossCall.plain``), and the evaluation loss of
+    the surrogate-replacing variants."""
+    from trl import GRPOTrainer  # heavy: this module is imported where no trainer is (preflight)
+
+    return GRPOTrainer._compute_loss(trainer, model, inputs)
+
+
 def entropy_bonus_enabled(trainer: Any) -> bool:
     """Whether TRL's ``_compute_loss`` adds its entropy bonus (``_entropy_bonus_enabled``: ``entropy_coef != 0`` or
     the adaptive entropy controller)."""

@@ -141,7 +141,7 @@ def _drop_fixed(batch, args) -> StageResult:
 def test_removed_means_removed_with_drifted_reference_and_off_policy_ratios(tiny_model, tmp_path, compact_batch):
     """Dropping rollouts == TRL's loss on the kept rollouts alone, for every loss type, on a micro-batch whose old
     log-probs and reference differ from the policy (the trainer's rows' values, sliced). Masked (compact_batch
-    False), the row-normalised losses carry winnow_loss_scale = N/K = 2, which must scale the KL term too."""
+    False), the row-normalised losses carry the MicroBatch's row_scale = N/K = 2, which must scale the KL term too."""
     common = {**BASE_ARGS, "per_device_train_batch_size": 16, "beta": 0.04}
     win = WinnowGRPOTrainer(model=tiny_model, reward_funcs=[reward_token_parity, reward_length],
                             args=WinnowConfig(output_dir=str(tmp_path / "win"),
@@ -156,8 +156,9 @@ def test_removed_means_removed_with_drifted_reference_and_off_policy_ratios(tiny
     inputs = win._prepare_inputs(next(iter(win.get_train_dataloader())))
     g = torch.Generator().manual_seed(3)
     shape = inputs["completion_ids"].shape
-    inputs = {**inputs, "old_per_token_logps": inputs["ref_per_token_logps"] + 0.3 * torch.randn(shape, generator=g),
-              "ref_per_token_logps": inputs["ref_per_token_logps"] + 0.5 * torch.randn(shape, generator=g)}
+    inputs = inputs.with_values(  # a MicroBatch: its row scale travels with it
+        old_per_token_logps=inputs["ref_per_token_logps"] + 0.3 * torch.randn(shape, generator=g),
+        ref_per_token_logps=inputs["ref_per_token_logps"] + 0.5 * torch.randn(shape, generator=g))
     sliced, kept = kept_rows_only(inputs)
     assert int(kept.sum()) == 16 - len(DROPPED)
     for loss_type in LOSS_TYPES:

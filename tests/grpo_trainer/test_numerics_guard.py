@@ -17,7 +17,7 @@ import torch
 from harness import BASE_ARGS, prompt_dataset, reward_token_parity, tiny_model_path
 from transformers import TrainerCallback
 
-from trainer import WinnowConfig, WinnowGRPOTrainer
+from trainer import WinnowConfig, WinnowGRPOTrainer, trl_contact
 
 
 class Snapshots(TrainerCallback):
@@ -60,18 +60,18 @@ def _assert_step_two_skipped(trainer, snaps, caplog, cause):
     assert logged == [0.0, 1.0, 1.0]
 
 
-def test_nonfinite_loss_skips_the_step(tmp_path, caplog):
+def test_nonfinite_loss_skips_the_step(tmp_path, caplog, monkeypatch):
     trainer = _trainer(tmp_path)
     snaps = Snapshots(trainer)
     trainer.add_callback(snaps)
-    original, calls = trainer.trl_compute_loss, []
+    original, calls = trl_contact.trl_loss, []
 
-    def poisoned(model, inputs):
-        loss = original(model, inputs)
+    def poisoned(tr, model, inputs):
+        loss = original(tr, model, inputs)
         calls.append(1)
         return loss * float("nan") if len(calls) == 2 else loss
 
-    trainer.trl_compute_loss = poisoned
+    monkeypatch.setattr(trl_contact, "trl_loss", poisoned)
     with caplog.at_level(logging.WARNING, logger="trainer.guards.numerics"):
         trainer.train()
     _assert_step_two_skipped(trainer, snaps, caplog, "non-finite loss")

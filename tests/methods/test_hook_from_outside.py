@@ -83,3 +83,29 @@ def test_an_outside_hook_runs_at_its_points_and_is_checkpointed(tiny_model, tmp_
 def test_a_hook_key_is_registered_once():
     with pytest.raises(ValueError, match=f"hook '{KEY}' is already registered"):
         hooks.register_hook(KEY, enabled=lambda args: False)(build_batch_log)
+
+
+class Misspelt(BatchLog):
+    """A hook object whose point method is spelt wrong (``after_decison``): never called by name matching alone."""
+
+    def after_decison(self, trainer, decision):
+        raise AssertionError("a misspelt point must not run")
+
+
+MISSPELT = "test_outside_misspelt_point"
+UNNAMED = "test_outside_unnamed_point"
+hooks.register_hook(MISSPELT, enabled=lambda args: getattr(args, "log_batches", False) == "misspelt",
+                    points=("after_generation", "before_pipeline", "after_decison"))(Misspelt)
+hooks.register_hook(UNNAMED, enabled=lambda args: getattr(args, "log_batches", False) == "unnamed",
+                    points=("after_generation", "before_pipeline"))(BatchLog)
+
+
+def test_a_misspelt_hook_point_fails_when_the_trainer_is_built(tiny_model, tmp_path):
+    """A point the trainer does not have, or a point-named method the hook does not name (``after_decision`` of
+    BatchLog, left out of its points), is an error at build time, naming the hook and the trainer's points."""
+    with pytest.raises(ValueError, match=rf"hook '{MISSPELT}' .* names unknown point\(s\) \['after_decison'\]; "
+                                         r"the trainer's points are \('after_generation'"):
+        _trainer(tiny_model, tmp_path / "misspelt", log_batches="misspelt")
+    with pytest.raises(ValueError, match=rf"hook '{UNNAMED}' \(BatchLog\): has method\(s\) \['after_decision'\] of "
+                                         "points it does not name"):
+        _trainer(tiny_model, tmp_path / "unnamed", log_batches="unnamed")

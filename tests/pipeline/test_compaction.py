@@ -12,6 +12,7 @@ from harness import (
     deterministic_rollout_func,
     max_abs_diff,
     near_policy_rollout_func,
+    on_rollout_batch,
     one_step_loss_and_grads,
     prompt_dataset,
     reward_length,
@@ -106,8 +107,8 @@ def test_vespo_token_is_compacted_equals_masked_and_keeps_trl_ratios_over_proces
     tr.args.compact_batch = False  # one trainer for both (read per batch; the same batch is generated twice)
     _, masked_loss, masked_grads = one_step_loss_and_grads(tr)
     tr.args.compact_batch = True
-    outputs, build_batch = [], tr._build_rollout_batch
-    tr._build_rollout_batch = lambda output, *rest: outputs.append(dict(output)) or build_batch(output, *rest)
+    outputs = []
+    on_rollout_batch(tr, lambda output, batch: outputs.append(dict(output)))
     inputs, loss, grads = one_step_loss_and_grads(tr)
     assert inputs["completion_ids"].shape[0] == 16 - len(DROPPED)
     assert inputs["importance_sampling_ratio"].shape == inputs["completion_ids"].shape  # token-level ratios

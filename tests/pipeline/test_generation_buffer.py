@@ -12,6 +12,13 @@ from trainer import WinnowConfig, WinnowGRPOTrainer
 from trainer.pipeline.generation_buffer import GenerationBuffer
 
 
+class Dealt:
+    """A round that has dealt its micro-batches (the buffer reads nothing else of it)."""
+
+    def __init__(self, micro_batches):
+        self.micro_batches = micro_batches
+
+
 def test_a_batch_is_due_every_steps_per_generation_times_num_iterations_micro_steps():
     buf = GenerationBuffer(steps_per_generation=3, num_iterations=2)
     assert buf.due()  # nothing buffered yet
@@ -19,7 +26,7 @@ def test_a_batch_is_due_every_steps_per_generation_times_num_iterations_micro_st
     for micro in range(13):
         if buf.due():
             due_at.append(micro)
-            buf.fill([{"i": i, "batch": len(due_at)} for i in range(3)])
+            buf.fill(Dealt([{"i": i, "batch": len(due_at)} for i in range(3)]))
         picked.append((buf.current()["batch"], buf.current()["i"]))
         buf.advance()
     assert due_at == [0, 6, 12]
@@ -32,7 +39,7 @@ def test_a_resumed_counter_inside_a_batch_needs_its_batch_and_on_a_boundary_gene
     buf = GenerationBuffer(steps_per_generation=4, num_iterations=1)
     buf.load_state_dict({"micro_step": 6})
     assert buf.state_dict() == {"micro_step": 6} and buf.due()  # nothing buffered: the resume must fill it
-    buf.fill([{"i": i} for i in range(4)])
+    buf.fill(Dealt([{"i": i} for i in range(4)]))
     assert not buf.due() and buf.current() == {"i": 2}
     buf.advance()
     buf.advance()
@@ -43,8 +50,9 @@ def test_a_batch_of_the_wrong_length_and_an_empty_buffer_are_refused():
     buf = GenerationBuffer(steps_per_generation=2, num_iterations=1)
     with pytest.raises(RuntimeError, match="no generation batch is buffered"):
         buf.current()
+    buf.fill(Dealt([{}]))
     with pytest.raises(ValueError, match="steps_per_generation=2"):
-        buf.fill([{}])
+        buf.current()
 
 
 @pytest.mark.parametrize("dropout", ["none", "grpodropout"])

@@ -9,7 +9,14 @@ import statistics
 
 import pytest
 import torch
-from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity
+from harness import (
+    BASE_ARGS,
+    deterministic_rollout_func,
+    on_rollout_batch,
+    prompt_dataset,
+    reward_length,
+    reward_token_parity,
+)
 from test_seams_statistics import _hand_grpodropout
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
@@ -22,12 +29,10 @@ TEMPERATURE = 0.7
 def snapshot_pipeline(tr, monkeypatch):
     """Record TRL's batch dict as it reached the pipeline (a copy: compaction rewrites it later) and the decision."""
     seen = {}
-    build = tr._build_rollout_batch
 
-    def spy_build(output, *rest):
+    def record(output, batch):
         seen["output"] = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in output.items()}
-        seen["batch"] = build(output, *rest)
-        return seen["batch"]
+        seen["batch"] = batch
 
     run = stages.run_pipeline
 
@@ -35,7 +40,7 @@ def snapshot_pipeline(tr, monkeypatch):
         seen["decision"] = run(batch, args)
         return seen["decision"]
 
-    tr._build_rollout_batch = spy_build
+    on_rollout_batch(tr, record)
     monkeypatch.setattr(stages, "run_pipeline", spy_run)
     return seen
 

@@ -21,9 +21,9 @@ but does not count: ``empty_batch_stop_steps`` counts consecutive generation bat
 (RAGEN counts iterations: mll-lab-nu/RAGEN@20daedc:ragen/trainer/agent_trainer.py:1126-1153),
 and the stop -- with its checkpoint -- waits for the last optimizer step of the batch, so the save lands
 on a generation-batch boundary like every other checkpoint (trainer/config/core.py's save_steps check). The
-loss-token count of every micro-batch of the accumulation window is summed over processes at the window's
-last micro-batch (one scalar all-reduce that every rank reaches), before its forward -- DeepSpeed steps
-inside ``backward``.
+loss tokens of every micro-batch of the accumulation window, over every process, are summed at the window's last
+micro-batch, before its forward (DeepSpeed steps inside ``backward``); the round counted them when it dealt its
+micro-batches, in one all-reduce per generation batch (trainer/pipeline/round.py, ``count_step_tokens``).
 
 The skip itself is trainer/guards/step_skip.py's: plain PyTorch / DDP through HF Trainer's callbacks (gradients
 dropped before ``optimizer.step()``, the scheduler's and scaler's state loaded back after it), DeepSpeed ZeRO 1-3
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from transformers import TrainerCallback
 
 from trainer import trl_contact
@@ -61,20 +60,14 @@ class EmptyStepGuard:
         metrics["stages/consecutive_empty_generations"].append(float(self.consecutive_empty_generations))
         metrics["stages/optimizer_steps"].append(float(updates))
 
-    def observe(self, trainer: Any, inputs: dict[str, Any]) -> None:
-        """Account one training micro-batch; at the window's last one, decide and arm the skip.
-
-        Every rank must call this for every micro-batch (the boundary all-reduce is collective)."""
-        mask = inputs["completion_mask"]
-        if inputs.get("tool_mask") is not None:
-            mask = mask * inputs["tool_mask"]
-        self._window_tokens += float(mask.sum())
-        acc = trainer.accelerator
-        if not acc.sync_gradients:
+    def observe(self, trainer: Any, micro: Any) -> None:
+        """Account one training micro-batch (a ``MicroBatch``, its loss tokens over every process counted by its
+        round: trainer/pipeline/round.py); at the window's last one, decide and arm the skip. No collective: the round
+        counted every micro-batch's tokens once, when it dealt them."""
+        self._window_tokens += float(micro.step_tokens)
+        if not trainer.accelerator.sync_gradients:
             return
-        local = torch.tensor([self._window_tokens], dtype=torch.float64, device=mask.device)
-        total = float(acc.reduce(local, reduction="sum").item()) if acc.num_processes > 1 else self._window_tokens
-        self._window_tokens = 0.0
+        total, self._window_tokens = self._window_tokens, 0.0
         empty = total == 0.0
         if empty:
             self.skipped_steps += 1

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from trainer.config.errors import ConfigError
+from trainer.pipeline.round import Round
 
 STATE_KEY = "generation"  # key in winnow_stage_state.json
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -79,7 +80,8 @@ def save_batch(trainer: Any, folder: str) -> None:
         return
     acc = trainer.accelerator
     os.makedirs(folder, exist_ok=True)
-    torch.save(buffered, os.path.join(folder, batch_file(acc.process_index, acc.num_processes)))
+    saved = [micro.saved() for micro in buffered]  # plain dicts, as weights_only loading reads them
+    torch.save(saved, os.path.join(folder, batch_file(acc.process_index, acc.num_processes)))
 
 
 def _resumable(checkpoint: str, args: Any, world: int, state_file: str) -> bool:
@@ -135,4 +137,5 @@ def restore(trainer: Any, checkpoint: str, state_file: str) -> None:
                                                                 state_file)})
     if inside_batch(buffer.micro_step, trainer.args):
         path = os.path.join(checkpoint, batch_file(acc.process_index, acc.num_processes))
-        buffer.fill(torch.load(path, map_location=acc.device, weights_only=True))
+        saved = torch.load(path, map_location=acc.device, weights_only=True)
+        buffer.fill(Round.restored(trainer, saved, buffer.micro_step))

@@ -1,18 +1,22 @@
-"""The generation batch being trained: its micro-batches and the micro-step counter that picks one.
+"""The generation batch being trained (its :class:`~trainer.pipeline.round.Round`) and the micro-step counter that
+picks its micro-batch.
 
 TRL 1.16 keeps both as privates of its trainer (``_buffered_inputs``, ``_step``; trl==1.16.0:
 trl/trainer/grpo_trainer.py:948-951, 1513, 1538-1546) and fills them inside its ``_prepare_inputs``. winnow re-deals
 a batch's rows over its optimizer steps after the split (trainer/pipeline/step_dealing.py), skips micro-batches that
 train nothing, and checkpoints the batch for an exact resume (trainer/guards/generation_resume.py); done on TRL's
 privates, each of those wrote TRL's state from outside. This object owns them instead: the trainer's
-``_prepare_inputs`` generates when :meth:`GenerationBuffer.due`, splits the batch as TRL does
-(:func:`trainer.trl_contact.split_generation_batch`), deals it once, :meth:`fill`\\s the buffer, and its
-``training_step`` calls :meth:`advance` after every micro-step, trained or skipped.
+``_prepare_inputs`` asks TRL for a generation batch when :meth:`GenerationBuffer.due`, :meth:`fill`\\s the buffer
+with the batch's round (trainer/pipeline/round.py), which deals it, and its ``training_step`` calls :meth:`advance`
+after every micro-step, trained or skipped.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the round imports the dealing, which this counter needs none of
+    from trainer.pipeline.round import MicroBatch, Round
 
 
 class GenerationBuffer:
@@ -24,33 +28,39 @@ class GenerationBuffer:
         self.steps_per_generation = int(steps_per_generation)
         self.num_iterations = int(num_iterations)
         self.micro_step = 0  # micro-steps trained (or skipped) so far in this run
-        self.micro_batches: list[dict[str, Any]] | None = None
+        self.round: Round | None = None  # the generation batch being trained
 
     @property
     def micro_steps_per_batch(self) -> int:
         """S x mu: the micro-steps one generation batch trains (TRL's ``generate_every``)."""
         return self.steps_per_generation * self.num_iterations
 
+    @property
+    def micro_batches(self) -> list[MicroBatch] | None:
+        """The round's micro-batches, in order of use (None before the first round)."""
+        return None if self.round is None else self.round.micro_batches
+
     def due(self) -> bool:
         """Whether the next micro-step needs a new generation batch."""
-        return self.micro_batches is None or self.micro_step % self.micro_steps_per_batch == 0
+        return self.round is None or self.micro_step % self.micro_steps_per_batch == 0
 
     def at_batch_boundary(self) -> bool:
         """Whether the micro-steps so far end a generation batch (the next one generates)."""
         return self.micro_step % self.micro_steps_per_batch == 0
 
-    def fill(self, micro_batches: list[dict[str, Any]]) -> None:
-        """Buffer a new generation batch, already split and dealt: S micro-batches in order of use."""
-        if len(micro_batches) != self.steps_per_generation:
-            raise ValueError(f"a generation batch splits into steps_per_generation={self.steps_per_generation} "
-                             f"micro-batches, got {len(micro_batches)}")
-        self.micro_batches = list(micro_batches)
+    def fill(self, round_: Round) -> None:
+        """Buffer a new generation batch's round (dealt by its ``run`` after this, or restored already dealt)."""
+        self.round = round_
 
-    def current(self) -> dict[str, Any]:
+    def current(self) -> MicroBatch:
         """The micro-batch of the current micro-step."""
-        if self.micro_batches is None:
+        batches = self.micro_batches
+        if batches is None:
             raise RuntimeError("no generation batch is buffered: call fill() when due() says so")
-        return self.micro_batches[self.micro_step % self.steps_per_generation]
+        if len(batches) != self.steps_per_generation:
+            raise ValueError(f"a generation batch splits into steps_per_generation={self.steps_per_generation} "
+                             f"micro-batches, got {len(batches)}")
+        return batches[self.micro_step % self.steps_per_generation]
 
     def advance(self) -> None:
         """Count one micro-step (after its backward, or after it was skipped)."""

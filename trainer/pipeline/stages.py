@@ -40,10 +40,12 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
+from trainer import trl_contact
 from trainer.algorithms.grpo import grpo_advantages, normalize_then_sum_advantages
 from trainer.loss.call import LossCall
 from trainer.loss.trl_loss import trl_policy_loss
 from trainer.pipeline.batch import RolloutBatch
+from trainer.pipeline.old_policy import old_policy_inputs
 
 STAGE_KINDS = ("rollout_filter", "rollout_dropout", "advantage", "loss_variant")
 
@@ -382,14 +384,13 @@ def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) 
     """TRL's loss for the configured ``loss_type``: TRL's own ``_compute_loss`` where nothing of winnow changes it
     (``call.plain``), else the same loss with winnow's differences as arguments (trainer/loss/trl_loss.py)."""
     if call.plain:
-        return trainer.trl_compute_loss(model, inputs)
+        return trl_contact.trl_loss(trainer, model, inputs)
     return trl_policy_loss(trainer, model, inputs, call)
 
 
-
-# Built-in per-row inputs: model forwards only the trainer can run, so each delegates to it. ``teacher`` comes
-# first: its student pass also yields the old policy's log-probs at the sampling temperature, which ``old_logps``
-# then reuses instead of a second forward.
+# Built-in per-row inputs: model forwards of this rank's rows (the teacher's, trainer/methods/uecr/hook.py; the old
+# policy's, trainer/pipeline/old_policy.py). ``teacher`` comes first: its student pass also yields the old policy's
+# log-probs at the sampling temperature, which ``old_logps`` then reuses instead of a second forward.
 def _teacher_input(trainer: Any, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):
     """The teacher hook's scores (trainer/methods/uecr/hook.py); its old-policy log-probs at the sampling
     temperature (the same forward as T = 1) are left for ``old_logps`` to reuse, not gathered."""
@@ -399,6 +400,5 @@ def _teacher_input(trainer: Any, output: dict[str, Any], needs: frozenset[str], 
 
 
 register_input("teacher", _teacher_input, phase="teacher_scoring")
-register_input("old_logps",
-               lambda trainer, output, needs, computed: trainer.old_policy_inputs(output, needs, computed))
+register_input("old_logps", old_policy_inputs)
 register_input("entropies", _INPUTS["old_logps"].compute)  # the same forward: one call computes both

@@ -65,7 +65,7 @@ def _local(trainer: Any, t: torch.Tensor, B: int, T: int) -> torch.Tensor:
 def cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall, variant: str) -> torch.Tensor:
     """One micro-batch of Clip-Cov (``variant='clip_cov'``) or KL-Cov (``'kl_cov'``); see the module docstring."""
     if not trainer.model.training:
-        return trainer.trl_compute_loss(model, inputs)  # evaluation loss: the plain surrogate, no token choice
+        return trl_contact.trl_loss(trainer, model, inputs)  # evaluation loss: the plain surrogate, no token choice
     args = trainer.args
     p = policy_forward(trainer, model, inputs, call.recorder)
     logp, mask, A_tok, old = p.logp, p.mask, p.A, p.old

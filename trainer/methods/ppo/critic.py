@@ -88,8 +88,9 @@ class Critic:
         V = self.values(ids, attention, inputs["completion_ids"].shape[1])
         per_token, clipped = clipped_value_terms(V, inputs["returns"], inputs["old_values"], self.args.cliprange_value)
         loss = trl_contact.trl_normalise(trainer, per_token, mask, inputs) * self.args.vf_coef
-        if "winnow_loss_scale" in inputs:  # compaction's row scale, as the policy loss takes it
-            loss = loss * inputs["winnow_loss_scale"]
+        row_scale = getattr(inputs, "row_scale", None)  # compaction's row scale (MicroBatch), as the policy's
+        if row_scale is not None:
+            loss = loss * row_scale
         tokens = mask.sum().detach()
         stats = {"critic/vf_loss": ((per_token.detach() * mask).sum(), tokens),
                  "critic/vf_clipfrac": ((clipped.float() * mask).sum(), tokens),

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from trainer import trl_contact
 from trainer.algorithms.uecr import atod_advantages, atod_lambda, distilled_rl_advantages, pg_opd_advantages
 from trainer.loss.call import LossCall
 from trainer.loss.forward import policy_forward
@@ -81,7 +82,7 @@ def teacher_delta_rows(batch: RolloutBatch, args: Any) -> dict[str, torch.Tensor
 def naive_hybrid_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) -> torch.Tensor:
     """L = L_clip(A_GRPO) + L_clip(opd_coef * delta) (reference §2.7): two clipped surrogates on one forward."""
     if not trainer.model.training:
-        return trainer.trl_compute_loss(model, inputs)
+        return trl_contact.trl_loss(trainer, model, inputs)
     p = policy_forward(trainer, model, inputs, call.recorder)
     A_opd = inputs[TEACHER_DELTA_KEY] * trainer.args.opd_coef
     eps_low, eps_high = trainer.epsilon_low, trainer.epsilon_high
