@@ -195,10 +195,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
         step's loss tokens for the empty-step guard (off: TRL's batch and step logic, untouched)."""
         return self._empty_steps is not None
 
-    def generate_and_score(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """TRL's generation and scoring of ``inputs`` alone, no stage pipeline (collective): DAPO's refills."""
-        return super()._generate_and_score_completions(inputs)
-
     def gathered(self, output: dict[str, Any]) -> GatheredRows:
         """The generation batch ``output``'s rows over every process, the round's own (trainer/pipeline/round.py):
         each key of TRL's dict crosses the processes once, however many readers (the stages' batch, compaction, the
@@ -259,7 +255,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         buffer = self.generation_buffer
         if buffer.due():
             marks = trained_batch_metrics.metric_marks(trl_contact.metrics(self))
-            output = self._generate_and_score_completions(generation_batch)  # TRL's
+            output = trl_contact.generate_and_score(self, generation_batch)
             generation = self.round_type(self, output, marks, buffer.micro_step)
             buffer.fill(generation)
             generation.run()

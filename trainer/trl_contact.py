@@ -150,6 +150,13 @@ def per_token_logps_and_entropies(trainer: Any, *args: Any, **kwargs: Any) -> An
     return trainer._get_per_token_logps_and_entropies(*args, **kwargs)
 
 
+def generate_and_score(trainer: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """TRL's generation and scoring of a generation batch (``_generate_and_score_completions``): its batch dict, this
+    rank's rows, with TRL's GRPO advantages (collective). winnow hands it to a Round (trainer/pipeline/round.py);
+    DAPO's refills are generated the same way."""
+    return trainer._generate_and_score_completions(inputs)
+
+
 def trl_loss(trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
     """TRL's own ``GRPOTrainer._compute_loss`` on ``inputs``, past winnow's override of it (the loss seam): the
     ``none`` loss variant where nothing of winnow changes the loss (``LossCall.plain``), and the evaluation loss of

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from trainer.config.errors import RecipeError
 from trainer.config.foreign_keys import FOREIGN_KEYS
-from trainer.config.recipe import parse_recipe
-from trainer.config.recipe_parser import RecipeError
+from trainer.recipe import parse_recipe
 
 # key -> a value its own trainer accepts, and a word the fix must contain (the winnow way)
 VALUES = {

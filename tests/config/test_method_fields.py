@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainer.config.core import WinnowConfig
-from trainer.config.recipe import recipe_parser
+from trainer.recipe import recipe_parser
 
 pytestmark = pytest.mark.unit
 

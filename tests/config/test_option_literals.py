@@ -19,8 +19,8 @@ from harness import BASE_ARGS, TRAIN_CLI_RECIPE
 
 from trainer.algorithms import dropout, grpo, snr_filter, uecr
 from trainer.config.core import ConfigError, WinnowConfig, option_fields
-from trainer.config.recipe import TaskArguments, parse_recipe, recipe_parser
 from trainer.pipeline import step_dealing
+from trainer.recipe import TaskArguments, parse_recipe, recipe_parser
 
 pytestmark = pytest.mark.unit
 

@@ -22,8 +22,8 @@ import yaml
 
 from trainer.config import recipe_checks as checks
 from trainer.config.core import ConfigError
-from trainer.config.recipe import CLI_ONLY, DESCRIPTION, parse_recipe, resolved_recipe
 from trainer.config.recipe_parser import pop_cli_flag
+from trainer.recipe import CLI_ONLY, DESCRIPTION, parse_recipe, resolved_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"model_name_or_path": "offline:tiny-qwen3", "use_cpu": True, "bf16": False, "report_to": "none"}

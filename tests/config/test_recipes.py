@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config.recipe import parse_recipe
+from trainer.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 # training recipes; configs/eval/ holds evaluation configs (tests/eval/test_eval_configs.py)

@@ -113,7 +113,7 @@ def test_no_field_of_the_real_configuration_is_a_secret_but_hub_token():
     from trl import ModelConfig
 
     from trainer.config.core import WinnowConfig
-    from trainer.config.recipe import TaskArguments
+    from trainer.recipe import TaskArguments
 
     flagged = set()
     for cls in (WinnowConfig, TaskArguments, ModelConfig):
@@ -137,7 +137,7 @@ def test_every_shipped_recipe_is_left_alone():
 
 
 def test_the_resolved_recipe_of_a_real_parse_is_left_alone_without_secrets(tmp_path):
-    from trainer.config.recipe import _plain, parse_recipe, resolved_recipe
+    from trainer.recipe import _plain, parse_recipe, resolved_recipe
 
     task, args, model_args = parse_recipe(["--config", str(ROOT / "configs/demo/smollm2-arithmetic.yaml"),
                                            "--output_dir", str(tmp_path)])
@@ -227,7 +227,7 @@ def test_transformers_writes_training_args_only_where_winnow_redacts():
 def test_a_re_run_drops_the_placeholder_so_the_environment_gives_the_token(tmp_path):
     """recipe.resolved.yaml says ``token: <redacted>``; parsed again, the placeholder is dropped (with a warning) so
     transformers reads HF_TOKEN / the stored login instead of sending it."""
-    from trainer.config.recipe import parse_recipe, resolved_recipe, save_resolved_recipe
+    from trainer.recipe import parse_recipe, resolved_recipe, save_resolved_recipe
 
     argv = ["--config", str(ROOT / "configs/demo/smollm2-arithmetic.yaml"), "--output_dir", str(tmp_path / "o"),
             "--model_init_kwargs", '{"token": "%s", "revision": "main"}' % SECRET,

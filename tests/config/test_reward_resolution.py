@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import rewards
+from trainer.config.errors import RecipeError
 from trainer.config.recipe_checks import is_reward_model, probe_rewards, resolve_reward
-from trainer.config.recipe_parser import RecipeError
 
 
 def test_a_rewards_py_beside_the_recipe_is_not_shadowed_by_winnows_package(tmp_path, monkeypatch):
@@ -61,7 +61,7 @@ def test_reward_models_are_passed_on_as_names_and_checked_like_the_policy(tmp_pa
 
 
 def test_recipe_reward_model_field_comes_first_and_counts_for_the_weights(tmp_path):
-    from trainer.config.recipe import TaskArguments
+    from trainer.recipe import TaskArguments
 
     task = TaskArguments(reward_model_name_or_path="org/rm")
     assert task.reward_funcs == [] and task.reward_entries == ["org/rm"]  # trl grpo: no default function then

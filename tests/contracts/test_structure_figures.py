@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import import_graph  # noqa: E402  (bench/ is a script folder, not a package)
 
-MAX_FLOORS = 14
-MAX_BUDGET_READERS = 10  # files of trainer/ outside config/ and tools/ that read micro_batch_tokens
+MAX_FLOORS = 15
+MAX_BUDGET_READERS = 6  # files of trainer/ outside config/ and tools/ that read micro_batch_tokens
 MAX_PRIVATE_OVERRIDES = 12
 
 

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from trainer.config.recipe import build_trainer, parse_recipe
+from trainer.recipe import build_trainer, parse_recipe
 
 DEMO_PROMPT = "Compute {problem}. Write the result as \\boxed{{result}}."  # configs/demo/smollm2-arithmetic.yaml
 SCALE = [

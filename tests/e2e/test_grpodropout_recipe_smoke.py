@@ -69,8 +69,8 @@ def test_grpodropout_paper_recipe_runs_through_train_py(tmp_path, tiny_model):
 
     # the prompt the run trained on: the loader with the run's settings renders the authors' messages
     sys.path.insert(0, str(ROOT))
-    from trainer.config.recipe import parse_recipe
     from trainer.data import load_task_dataset
+    from trainer.recipe import parse_recipe
 
     parsed, _, _ = parse_recipe(argv)
     first = load_task_dataset(parsed.dataset_name, **parsed.dataset_kwargs)["prompt"][0]

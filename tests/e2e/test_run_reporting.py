@@ -123,7 +123,7 @@ def test_wandb_run_card_and_console_of_a_run_and_its_resume(tmp_path, capsys, mo
 
 
 def test_help_lists_dry_run():
-    from trainer.config.recipe import recipe_parser
+    from trainer.recipe import recipe_parser
 
     text = " ".join(recipe_parser().format_help().split())
     run_section = text[text.index("run:"):text.index("task: what to train on:")]

@@ -191,7 +191,7 @@ def test_model_revision_and_trust_remote_code_reach_the_loaders(tmp_path, monkey
     revision, so the tiny model still loads)."""
     from transformers import AutoTokenizer, PreTrainedModel
 
-    from trainer.config.recipe import build_trainer, check_run, parse_recipe
+    from trainer.recipe import build_trainer, check_run, parse_recipe
 
     seen: dict[str, list[dict]] = {"model": [], "tokenizer": []}
     load_model, load_tokenizer = PreTrainedModel.from_pretrained.__func__, AutoTokenizer.from_pretrained.__func__
@@ -393,7 +393,7 @@ def test_built_trainer_is_freed(tmp_path):
     import gc
     import weakref
 
-    from trainer.config.recipe import build_trainer, parse_recipe
+    from trainer.recipe import build_trainer, parse_recipe
 
     argv = ["--config", "configs/demo/smollm2-arithmetic.yaml", "--model_name_or_path", "offline:tiny-qwen3",
             "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--use_cpu", "true", "--bf16", "false"]
@@ -407,7 +407,7 @@ def test_built_trainer_is_freed(tmp_path):
 def test_resolved_recipe_round_trips(tmp_path, monkeypatch):
     """recipe.resolved.yaml is flat and is a recipe: resolving it again writes the same file (shipped recipes
     of every kind: demo, GRPODropout, RAGEN environment, UECR with a teacher)."""
-    from trainer.config.recipe import parse_recipe, resolved_recipe, save_resolved_recipe
+    from trainer.recipe import parse_recipe, resolved_recipe, save_resolved_recipe
 
     for rel in ("configs/demo/smollm2-arithmetic.yaml", "configs/grpodropout/table1/qwen3-4b-kl_cov.yaml",
                 "configs/ragen/sokoban-grpo-topp0.9.yaml", "configs/uecr/qwen3-4b-deepmath-teacher-qwen3-8b.yaml"):
@@ -422,7 +422,7 @@ def test_resolved_recipe_round_trips(tmp_path, monkeypatch):
 
 
 def test_dataset_kwargs_on_the_command_line_merge_into_the_recipe(tmp_path):
-    from trainer.config.recipe import parse_recipe
+    from trainer.recipe import parse_recipe
 
     recipe = _write(tmp_path / "r.yaml", {**RECIPE, "output_dir": str(tmp_path / "o"),
                                           "dataset_kwargs": {"num_samples": 16, "seed": 1, "max_value": 50}})
@@ -438,8 +438,8 @@ def test_dataset_kwargs_on_the_command_line_merge_into_the_recipe(tmp_path):
 def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_model):
     """import_modules runs before the recipe is checked: a user's stage name is valid in the same recipe, and a
     dotted reward path works as in `trl grpo`."""
-    from trainer.config.recipe import parse_recipe, prepare_run
     from trainer.pipeline import stages
+    from trainer.recipe import parse_recipe, prepare_run
 
     # the user's stage lives in this test only: later tests (tests/gpu/test_gpu_devices.py lists every stage) must
     # not see it, whichever order a worker runs them in (built-ins loaded first, so the copy holds them)
@@ -468,8 +468,8 @@ def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_
 
 
 def test_help_describes_groups_and_stage_choices():
-    from trainer.config.recipe import recipe_parser
     from trainer.pipeline import stages
+    from trainer.recipe import recipe_parser
 
     text = recipe_parser().format_help()
     assert text.index("Train a language model") < text.index("run:") < text.index("--config RECIPE.yaml  The recipe")

@@ -22,7 +22,7 @@ from harness import grads_of, one_step_loss_and_grads, trl_trainer
 from verl_oracle import verl_dual_clip_token_loss
 
 from trainer.config.core import ConfigError, WinnowConfig
-from trainer.config.recipe import parse_recipe
+from trainer.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 # recipe -> upstream (clip_ratio_low, clip_ratio_high, clip_ratio_c), the reference's values

@@ -29,7 +29,7 @@ from verl_oracle import verl_dual_clip_token_loss
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
 from trainer.config.core import ConfigError
-from trainer.config.recipe import parse_recipe
+from trainer.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 # scripts/runs/run_main_table_diff_algo.sh:226-245: actor_rollout_ref.actor.loss_agg_mode per algorithm

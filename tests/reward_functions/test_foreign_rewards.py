@@ -11,8 +11,8 @@ import re
 import pytest
 
 from rewards import foreign
+from trainer.config.errors import RecipeError
 from trainer.config.recipe_checks import resolve_reward
-from trainer.config.recipe_parser import RecipeError
 
 
 def _chat(texts):

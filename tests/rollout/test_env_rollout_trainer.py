@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config.recipe import build_trainer, parse_recipe
+from trainer.recipe import build_trainer, parse_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_SCALE = [

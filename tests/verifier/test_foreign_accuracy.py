@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from trainer.config.errors import RecipeError
 from trainer.config.recipe_checks import probe_rewards, resolve_reward
-from trainer.config.recipe_parser import RecipeError
 
 
 def _chat(texts):

@@ -15,7 +15,7 @@ Writes into ``output_dir``: checkpoints, ``recipe.resolved.yaml`` (every field, 
 is itself a recipe; secrets redacted, trainer/config/redaction.py), ``metrics.jsonl`` and ``metrics.png``. A
 folder that already holds a run is refused unless ``--resume_from_checkpoint`` or ``--overwrite_output_dir`` says
 what to do with it. Fields:
-TaskArguments (trainer/config/recipe.py), WinnowConfig (trainer/config/core.py, includes all of TRL's GRPOConfig) and
+TaskArguments (trainer/recipe.py), WinnowConfig (trainer/config/core.py, includes all of TRL's GRPOConfig) and
 TRL's ModelConfig; ``--help`` lists them by topic.
 
 A mistake in the recipe, its data or its paths is reported before any weights load as one line,
@@ -85,7 +85,8 @@ def _cli_value(argv: list[str], name: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Check the recipe and its inputs, build the trainer, train, save the final model; 2 on a recipe error."""
     # heavy: torch starts with these, and console_main must set the allocator config first (set_allocator_conf)
-    from trainer.config.recipe import (
+    from trainer.config.recipe_checks import clear_output_dir, resume_requested, resumes_latest
+    from trainer.recipe import (
         build_trainer,
         check_run,
         parse_recipe,
@@ -93,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
         resolved_recipe,
         save_resolved_recipe,
     )
-    from trainer.config.recipe_checks import clear_output_dir, resume_requested, resumes_latest
     from trainer.tools import console, wandb_run
     from trainer.tools.model_card import method_text
     from trainer.tools.preflight import main as preflight

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from trainer.config.recipe_parser import RecipeError
+from trainer.config.errors import RecipeError
 from trainer.data import list_task_datasets
 from trainer.data.common import DatasetUnavailableError, MissingSplitError
 from trainer.data.generic import GENERIC_KWARGS, load_generic, load_generic_split

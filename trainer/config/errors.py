@@ -1,4 +1,5 @@
-"""The configuration error of every config module (its own module, so the config parts need not import each other)."""
+"""The configuration errors of every config module (their own module, so the config parts need not import each
+other, and whatever raises one imports nothing else)."""
 
 from __future__ import annotations
 
@@ -9,3 +10,11 @@ class ConfigError(ValueError):
     def __init__(self, field_name: str, problem: str, fix: str):
         self.field_name = field_name
         super().__init__(f"WinnowConfig.{field_name}: {problem}. Fix: {fix}")
+
+
+class RecipeError(ConfigError):
+    """A recipe or command-line mistake found before any weights load: ``<where>: <what>. Fix: <how>``."""
+
+    def __init__(self, field_name: str, problem: str, fix: str):
+        ValueError.__init__(self, f"{field_name}: {problem.rstrip('. ')}. Fix: {fix}")
+        self.field_name = field_name

@@ -30,7 +30,7 @@ from transformers.trainer_utils import get_last_checkpoint
 import rewards
 from rewards import foreign
 from trainer.config.dataset_fields import is_registered
-from trainer.config.recipe_parser import RecipeError
+from trainer.config.errors import RecipeError
 from trainer.tools import optional
 
 # What makes a folder hold a run (rather than, say, a README a user put there): anything a training run

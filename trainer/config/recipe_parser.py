@@ -26,18 +26,11 @@ from typing import Any, Sequence
 import yaml
 from trl import TrlParser
 
-from trainer.config.errors import ConfigError
+from trainer.config.errors import RecipeError
 from trainer.config.foreign_keys import foreign_key_error
 
 HELP_HINT = "see `python launch/train.py --help` for the fields"
 
-
-class RecipeError(ConfigError):
-    """A recipe or command-line mistake found before any weights load: ``<where>: <what>. Fix: <how>``."""
-
-    def __init__(self, field_name: str, problem: str, fix: str):
-        ValueError.__init__(self, f"{field_name}: {problem.rstrip('. ')}. Fix: {fix}")
-        self.field_name = field_name
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -1,6 +1,6 @@
 """What winnow writes or logs about a run carries no secret: the one redaction rule, as pure functions.
 
-Used by every writer of the configuration: ``recipe.resolved.yaml`` (trainer/config/recipe.py), the configuration
+Used by every writer of the configuration: ``recipe.resolved.yaml`` (trainer/recipe.py), the configuration
 that W&B / TensorBoard / MLflow log and ``str(args)`` (``WinnowConfig.to_dict``, trainer/config/core.py),
 ``training_args.bin`` in the run folder and every checkpoint (``WinnowGRPOTrainer._save``), an evaluation's
 ``config.json`` (trainer/eval/runner.py), the server client's messages and the printed preflight and error lines.

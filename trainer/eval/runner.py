@@ -226,10 +226,10 @@ def _build_generator(
     if system.backend.startswith("oracle"):
         all_questions = [_question(item, config) for lst in items.values() for item in lst]
         return OracleGenerator(system.backend.removeprefix("oracle_"), all_questions, config.decoding.seed), None, None
-    # heavy: transformers, and TRL through the recipe; an eval of oracle systems needs neither
+    # heavy: transformers; an eval of oracle systems needs none of it
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.config.recipe import resolve_model_path
+    from trainer.config.model_path import resolve_model_path
 
     path = resolve_model_path(system.model)
     tokenizer = AutoTokenizer.from_pretrained(path)

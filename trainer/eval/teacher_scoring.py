@@ -36,7 +36,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from trainer.algorithms.uecr import teacher_score, token_gap
-from trainer.config.recipe import resolve_model_path
+from trainer.config.model_path import resolve_model_path
 from trainer.eval.benchmarks import load_benchmark
 from trainer.eval.generation import Decoding, chat_prompt_ids
 from trainer.eval.runner import BenchmarkSpec, EvalConfig, SystemSpec, _question

@@ -23,7 +23,7 @@ and the stop -- with its checkpoint -- waits for the last optimizer step of the 
 on a generation-batch boundary like every other checkpoint (trainer/config/core.py's save_steps check). The
 loss tokens of every micro-batch of the accumulation window, over every process, are summed at the window's last
 micro-batch, before its forward (DeepSpeed steps inside ``backward``); the round counted them when it dealt its
-micro-batches, in one all-reduce per generation batch (trainer/pipeline/round.py, ``count_step_tokens``).
+micro-batches, in one all-reduce per generation batch (trainer/pipeline/round.py, ``typed_micro_batches``).
 
 The skip itself is trainer/guards/step_skip.py's: plain PyTorch / DDP through HF Trainer's callbacks (gradients
 dropped before ``optimizer.step()``, the scheduler's and scaler's state loaded back after it), DeepSpeed ZeRO 1-3

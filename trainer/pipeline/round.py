@@ -1,7 +1,8 @@
 """One generation batch, from TRL's hand-over to its last micro-batch: a :class:`Round`.
 
 TRL generates and scores a generation batch (``GRPOTrainer._generate_and_score_completions``, called by the trainer's
-``_prepare_inputs``) and hands over its batch dict, this rank's rows. From there one object owns it:
+``_prepare_inputs`` through trainer/trl_contact.py) and hands over its batch dict, this rank's rows. From there one
+object owns it:
 
 1. the method hooks that act on the batch as generated (``after_generation``: DAPO's refills; ``before_pipeline``:
    RAGEN's collapse probe);
@@ -57,13 +58,13 @@ class MicroBatch(dict):
         self.row_scale, self.trains, self.step_tokens = row_scale, trains, step_tokens
 
     @classmethod
-    def dealt(cls, inputs: dict[str, Any]) -> MicroBatch:
+    def dealt(cls, inputs: dict[str, Any], step_tokens: float | None = None) -> MicroBatch:
         """A micro-batch from the dealing's dict: its private keys become attributes (or a checkpoint's saved dict)."""
         inputs = dict(inputs)
         row_scale = inputs.pop(ROW_SCALE_KEY, None)
         trains = inputs.pop(ALL_DROPPED_KEY, None) is None
         inputs.pop(KEPT_KEY, None)  # the deal's own marker, when no step dealing removed it
-        return cls(inputs, row_scale=row_scale, trains=trains)
+        return cls(inputs, row_scale=row_scale, trains=trains, step_tokens=step_tokens)
 
     def with_values(self, **values: Any) -> MicroBatch:
         """A copy with some of TRL's keys replaced, winnow's facts kept."""
@@ -79,21 +80,23 @@ class MicroBatch(dict):
             out[ALL_DROPPED_KEY] = torch.tensor(1)
         return out
 
-    def loss_tokens(self) -> torch.Tensor:
-        """This process's loss tokens of the micro-batch (TRL's completion mask times its loss-only tool mask)."""
-        mask = self["completion_mask"]
-        return (mask * self["tool_mask"]).sum() if self.get("tool_mask") is not None else mask.sum()
 
 
-def count_step_tokens(micro_batches: list[MicroBatch], accelerator: Any) -> None:
-    """Set every micro-batch's ``step_tokens``: its loss tokens over every process, one all-reduce of S numbers for
-    the generation batch (collective) -- what the empty-step guard decides an optimizer step by."""
-    if not micro_batches:
-        return
-    local = torch.stack([mb.loss_tokens().to(torch.float64) for mb in micro_batches]).to(accelerator.device)
+def typed_micro_batches(dealt: list[dict[str, Any]], accelerator: Any, count_tokens: bool) -> list[MicroBatch]:
+    """The dealing's micro-batch dicts as MicroBatches; with ``count_tokens``, each one's loss tokens over every
+    process (its ``step_tokens``: what the empty-step guard decides an optimizer step by), in one all-reduce of S
+    numbers for the generation batch (collective then)."""
+    if not count_tokens or not dealt:
+        return [MicroBatch.dealt(mb) for mb in dealt]
+    local = torch.stack([_loss_tokens(mb).to(torch.float64) for mb in dealt]).to(accelerator.device)
     total = accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local
-    for mb, tokens in zip(micro_batches, total.tolist()):
-        mb.step_tokens = float(tokens)
+    return [MicroBatch.dealt(mb, float(tokens)) for mb, tokens in zip(dealt, total.tolist())]
+
+
+def _loss_tokens(inputs: dict[str, Any]) -> torch.Tensor:
+    """This process's loss tokens of a micro-batch (TRL's completion mask times its loss-only tool mask)."""
+    mask = inputs["completion_mask"]
+    return (mask * inputs["tool_mask"]).sum() if inputs.get("tool_mask") is not None else mask.sum()
 
 
 class Round:
@@ -101,23 +104,21 @@ class Round:
     scored, this rank's rows; ``marks``: the lengths of TRL's metric lists before it was generated (DAPO relogs what
     its rounds appended); ``first_micro_step``: the generation buffer's counter when it was generated."""
 
-    def __init__(self, trainer: Any, output: dict[str, Any], marks: dict[str, int], first_micro_step: int):
+    def __init__(self, trainer: Any, output: dict[str, Any], marks: dict[str, int], first_micro_step: int,
+                 micro_batches: list[MicroBatch] | None = None):
         self.trainer, self.output, self.marks, self.first_micro_step = trainer, output, marks, first_micro_step
         self._gathered: GatheredRows | None = None
         self.decision: stages.Decision | None = None
         self.empty = False  # no kept rollout with a loss token: the generation batch trains nothing
         self.updates = 0  # its optimizer steps that train a kept row
-        self.micro_batches: list[MicroBatch] = []
+        self.micro_batches: list[MicroBatch] = micro_batches or []
 
     @classmethod
     def restored(cls, trainer: Any, micro_batches: list[dict[str, Any]], first_micro_step: int) -> Round:
         """The rest of a round from a mid-batch checkpoint: its dealt micro-batches as saved (collective when the
         empty-step guard counts tokens)."""
-        rnd = cls(trainer, {}, {}, first_micro_step)
-        rnd.micro_batches = [MicroBatch.dealt(mb) for mb in micro_batches]
-        if trainer.counts_step_tokens:
-            count_step_tokens(rnd.micro_batches, trainer.accelerator)
-        return rnd
+        typed = typed_micro_batches(micro_batches, trainer.accelerator, trainer.counts_step_tokens)
+        return cls(trainer, {}, {}, first_micro_step, micro_batches=typed)
 
     def gathered(self, output: dict[str, Any] | None = None) -> GatheredRows:
         """The batch's rows over every process (the round's batch dict, or ``output`` where a hook replaced it);
@@ -223,6 +224,4 @@ class Round:
             trl_contact.metrics(tr)["tokens/rank_max"].append(float(dealt.rank_tokens.max()))
             trl_contact.metrics(tr)["tokens/rank_min"].append(float(dealt.rank_tokens.min()))
         self.updates = 0 if self.empty else dealt.updates
-        self.micro_batches = [MicroBatch.dealt(mb) for mb in dealt.micro_batches]
-        if tr.counts_step_tokens:
-            count_step_tokens(self.micro_batches, tr.accelerator)
+        self.micro_batches = typed_micro_batches(dealt.micro_batches, tr.accelerator, tr.counts_step_tokens)

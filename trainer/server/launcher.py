@@ -38,6 +38,7 @@ import yaml
 from huggingface_hub import try_to_load_from_cache
 from packaging.version import InvalidVersion, Version
 
+from trainer.config.model_path import resolve_model_path  # stdlib and the assets module: no cost to the start
 from trainer.server.listeners import is_loopback  # stdlib only: no cost to the launcher's start
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
@@ -411,8 +412,6 @@ def settings_from_recipe(path: str) -> dict:
     if recipe.get("model_name_or_path"):
         name = str(recipe["model_name_or_path"])
         if name.startswith("offline:"):
-            from trainer.config.recipe import resolve_model_path  # heavy: TRL (seconds), only for an alias
-
             name = resolve_model_path(name)
         out["model"] = name
     if recipe.get("vllm_server_port") is not None:

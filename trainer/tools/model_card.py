@@ -11,7 +11,7 @@ config's path and knows no dataset. Around it the winnow card
 - names the dataset: a Hub id in the card's ``datasets:`` metadata (TRL links it), and every dataset -- a
   registered winnow task such as ``arithmetic`` or a local file is no Hub dataset -- in one line of the card's text.
 
-What to name comes from the recipe: ``build_trainer`` (trainer/config/recipe.py) sets ``trainer.card_facts``.
+What to name comes from the recipe: ``build_trainer`` (trainer/recipe.py) sets ``trainer.card_facts``.
 """
 
 from __future__ import annotations

