@@ -40,8 +40,8 @@ from trainer.pipeline import hooks, stages, trained_batch_metrics
 from trainer.pipeline.gathered import GatheredRows
 from trainer.pipeline.generation_buffer import GenerationBuffer
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
-from trainer.pipeline.round import MicroBatch, Round
-from trainer.pipeline.token_budget import chunked_logps, chunked_loss
+from trainer.pipeline.round import MicroBatch, Round, RoundParts
+from trainer.pipeline.token_budget import chunked_loss, no_grad_logps
 from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server import overlapped_generation  # noqa: F401  (registers hook: overlap)
 from trainer.server.client import harden_client, wait_for_server
@@ -115,8 +115,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # The generation batch being trained and the micro-step counter that picks its micro-batch, in place of
         # TRL's private buffer; checkpointed, so generation boundaries survive a resume (guards/generation_resume.py)
         self.generation_buffer = GenerationBuffer(args.steps_per_generation, self.num_iterations)
-        self.configured_stages = stages.configured_stages(args)  # in pipeline order (read by the round)
-        self.stage_needs = stages.required_inputs(args)  # the per-row inputs they need
         self.add_callback(PhaseTimingCallback(self._timer, self))
         self.global_rewards_per_func: torch.Tensor | None = None  # (N, reward functions), all processes
         # Only when stages can remove rollouts: with none configured the step logic is TRL's, untouched.
@@ -134,14 +132,19 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # teacher), each built by the hook it registered (trainer/pipeline/hooks.py): this class names none of them.
         self._hooks = hooks.build_hooks(self, args)  # each names its points; a misspelt one fails here
         # Each configured stage's own state (Stage.state), handed to it as batch.stage_state[key].
-        self.stage_states = {s.state_key: s.state(args) for s in self.configured_stages if s.state is not None}
+        configured = stages.configured_stages(args)
+        stage_states = {s.state_key: s.state(args) for s in configured if s.state is not None}
         # Everything checkpointed in STAGE_STATE_FILE, by its key there (one protocol: stages.Checkpointed).
         guards = (("empty_steps", self._empty_steps), ("numerics", self._numerics))
         self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
         self._checkpointed.update({k: obj for k, obj in self._hooks.by_key.items()
                                    if isinstance(obj, stages.Checkpointed)})
-        self._checkpointed.update(self.stage_states)
+        self._checkpointed.update(stage_states)
         self._checkpointed[generation_resume.STATE_KEY] = self.generation_buffer
+        # What every generation batch's Round reads (trainer/pipeline/round.py), built once
+        self.round_parts = RoundParts(hooks=self._hooks, timer=self._timer, stages=configured,
+                                      needs=stages.required_inputs(args), stage_states=stage_states,
+                                      counts_step_tokens=self._empty_steps is not None)
         if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
             raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
                               "chunks would change it", "use micro_batch_tokens: null with output_router_logits")
@@ -184,16 +187,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def hook(self, key: str) -> Any | None:
         """The object the method hook ``key`` built for this run, or None when the config does not turn it on."""
         return self._hooks.by_key.get(key)
-
-    def hooks_at(self, point: str) -> list[Any]:
-        """The built hook objects that take part at ``point`` (trainer/pipeline/hooks.py), in registration order."""
-        return self._hooks.at(point)
-
-    @property
-    def counts_step_tokens(self) -> bool:
-        """Whether stages can remove rollouts, so the round deals kept rows to their optimizer steps and counts each
-        step's loss tokens for the empty-step guard (off: TRL's batch and step logic, untouched)."""
-        return self._empty_steps is not None
 
     def gathered(self, output: dict[str, Any]) -> GatheredRows:
         """The generation batch ``output``'s rows over every process, the round's own (trainer/pipeline/round.py):
@@ -284,7 +277,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
                     float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
                 )
         if model.training and torch.is_grad_enabled():
-            for method in self.hooks_at("train_micro_batch"):  # e.g. PPO's critic: its value loss on this micro-batch
+            for method in self._hooks.at("train_micro_batch"):  # e.g. PPO's critic: its value loss on this micro-batch
                 method.train_micro_batch(self, inputs, call)
         call.recorder.flush(self.accelerator, trl_contact.metrics(self, "train" if self.model.training else "eval"))
         if self._numerics is not None and model.training:
@@ -315,17 +308,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if batch_size is None or torch.is_grad_enabled():  # the loss's own forward, or a one-off pass
             return forward(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
-        name = "ref_logps" if model is getattr(self, "ref_model", None) else "old_logps"
-        metrics = trl_contact.metrics(self) if self.model.training else None
-        with self.phase(name):
-            if self.args.micro_batch_tokens is None or compute_aux_loss or any(v is not None for v in kwargs.values()):
-                if metrics is not None:
-                    metrics[f"tokens/padded_{name}"].append(float(input_ids.numel()))
-                    metrics[f"tokens/real_{name}"].append(float(attention_mask.sum()))
-                return forward(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
-                               compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
-            return chunked_logps(forward, model, input_ids, attention_mask, logits_to_keep,
-                                 self.args.micro_batch_tokens, compute_entropy, metrics, name, self.accelerator)
+        return no_grad_logps(self, forward, self.phase, model, input_ids, attention_mask, logits_to_keep, batch_size,
+                             compute_entropy, compute_aux_loss, **kwargs)
 
     def _generate(self, prompts: list):
         """TRL's generation (rollout_func included), timed as ``timing_s/generation`` less the weight sync in it."""
@@ -371,7 +355,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             super()._save_checkpoint(model, trial)
             self._record_published_best(run_dir, staged)
             generation_resume.save_batch(self, staged)  # inside a generation batch: its rest, for an exact resume
-            for method in self.hooks_at("save_checkpoint"):  # e.g. PPO's critic: weights and optimizer state
+            for method in self._hooks.at("save_checkpoint"):  # e.g. PPO's critic: weights and optimizer state
                 method.save_checkpoint(self, staged)
             state = self._stage_state()
             if state and self.args.should_save:
@@ -434,7 +418,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
                     obj.load_state_dict(state[key])
         if checkpoint:  # the generation buffer's micro-step and, mid-batch, its rest (train refuses a resume without)
             generation_resume.restore(self, checkpoint, STAGE_STATE_FILE)
-            for method in self.hooks_at("load_checkpoint"):
+            for method in self._hooks.at("load_checkpoint"):
                 method.load_checkpoint(self, checkpoint)
 
     # --- helpers -------------------------------------------------------------------------------------

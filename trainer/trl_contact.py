@@ -12,6 +12,7 @@ vllm where installed) against the ranges pyproject.toml declares, once (:func:`c
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import re
 import warnings
@@ -148,6 +149,14 @@ def per_token_logps_and_entropies(trainer: Any, *args: Any, **kwargs: Any) -> An
     """TRL's log-prob (and entropy, aux-loss) pass, ``_get_per_token_logps_and_entropies``: the same forward and
     alignment TRL's own loss uses. Returns ``(logps, entropies, aux_loss)``."""
     return trainer._get_per_token_logps_and_entropies(*args, **kwargs)
+
+
+def trl_logps_forward(trainer: Any) -> Callable[..., Any]:
+    """TRL's own log-prob pass bound to ``trainer``, past winnow's override of it (which routes TRL's no-grad
+    passes to trainer/pipeline/token_budget.py's ``no_grad_logps``, as the old-policy input calls it directly)."""
+    from trl import GRPOTrainer  # heavy: this module is imported where no trainer is (preflight)
+
+    return functools.partial(GRPOTrainer._get_per_token_logps_and_entropies, trainer)
 
 
 def generate_and_score(trainer: Any, inputs: list[dict[str, Any]]) -> dict[str, Any]:

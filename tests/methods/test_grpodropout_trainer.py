@@ -21,6 +21,7 @@ from harness import (
     spy_batches,
     trl_trainer,
 )
+from trl import GRPOTrainer
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
 from trainer.algorithms.dropout import recenter, select_rollouts, sequence_surprisal
@@ -82,13 +83,14 @@ def test_advantages_are_the_recentered_selection(tiny_model, tmp_path):
 
 
 @pytest.mark.parametrize("source, forwards", [("policy", 1), ("sampler", 0)])
-def test_sampler_logps_skip_the_old_policy_forward(tiny_model, tmp_path, source, forwards):
+def test_sampler_logps_skip_the_old_policy_forward(tiny_model, tmp_path, source, forwards, monkeypatch):
     # (the entropy-before-selection metric needs a forward of its own with sampler log-probs: off here)
     tr = build(WinnowGRPOTrainer, WinnowConfig, tiny_model, tmp_path, rollout_dropout="grpodropout",
                old_logps_source=source, log_entropy_before_selection=False)
     calls = []
-    original = tr._get_per_token_logps_and_entropies
-    tr._get_per_token_logps_and_entropies = lambda *a, **k: calls.append(1) or original(*a, **k)
+    original = GRPOTrainer._get_per_token_logps_and_entropies  # TRL's forward: every log-prob pass runs it
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies",
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
     tr.model.train()
     batch = next(iter(tr.get_train_dataloader()))
     tr._prepare_inputs(batch)  # generation + scoring + pipeline, no loss

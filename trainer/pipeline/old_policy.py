@@ -14,6 +14,7 @@ import torch
 
 from trainer import trl_contact
 from trainer.config.errors import ConfigError
+from trainer.pipeline.token_budget import no_grad_logps
 
 
 def old_policy_inputs(trainer: Any, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):
@@ -31,7 +32,8 @@ def old_policy_inputs(trainer: Any, output: dict[str, Any], needs: frozenset[str
 def old_policy_logps(trainer: Any, output: dict[str, Any], need_entropy: bool):
     """Old-policy per-token log-probs (and entropies) at the sampling temperature, local rows: TRL's
     ``old_per_token_logps`` or the sampler's log-probs (``old_logps_source: sampler``) when they exist, else one
-    no-grad pass of TRL's log-prob forward (over token-budget chunks with ``micro_batch_tokens``)."""
+    no-grad pass of TRL's log-prob forward (trainer/pipeline/token_budget.py: over token-budget chunks with
+    ``micro_batch_tokens``)."""
     args = trainer.args
     sampler = args.old_logps_source == "sampler"
     if sampler and output.get("sampling_per_token_logps") is None:  # a rollout_func that returned no logprobs
@@ -45,15 +47,10 @@ def old_policy_logps(trainer: Any, output: dict[str, Any], need_entropy: bool):
     input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
     attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
     with torch.no_grad():
-        logps, entropies, _ = trl_contact.per_token_logps_and_entropies(
-            trainer,
-            trainer.model,
-            input_ids,
-            attention_mask,
-            output["completion_ids"].size(1),
-            batch_size=args.per_device_train_batch_size,
-            compute_entropy=need_entropy,
-        )
+        logps, entropies, _ = no_grad_logps(trainer, trl_contact.trl_logps_forward(trainer),
+                                            trainer.round_parts.timer.phase, trainer.model, input_ids,
+                                            attention_mask, output["completion_ids"].size(1),
+                                            args.per_device_train_batch_size, compute_entropy=need_entropy)
     if sampler:
         logps = output["sampling_per_token_logps"]
     elif output.get("old_per_token_logps") is not None:

@@ -24,6 +24,7 @@ is kept on the trainer. Collective: every rank builds its round at the same micr
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -33,6 +34,8 @@ from trainer.pipeline import stages, trained_batch_metrics
 from trainer.pipeline.batch import RolloutBatch, gather_padded
 from trainer.pipeline.dealing import DealSettings, deal
 from trainer.pipeline.gathered import GatheredRows
+from trainer.pipeline.hooks import BuiltHooks
+from trainer.pipeline.phase_timing import PhaseTimer
 from trainer.pipeline.step_dealing import KEPT_KEY
 
 # The dealing's per-micro-batch facts, as the dealing writes them into its dicts (and a mid-batch checkpoint stores
@@ -99,6 +102,20 @@ def _loss_tokens(inputs: dict[str, Any]) -> torch.Tensor:
     return (mask * inputs["tool_mask"]).sum() if inputs.get("tool_mask") is not None else mask.sum()
 
 
+@dataclass(frozen=True)
+class RoundParts:
+    """What every round of a run reads, built once with the trainer: its method hooks, its phase timer, the configured
+    stages (pipeline order), the per-row inputs they need and their checkpointed states, and whether stages can
+    remove rollouts (then the round deals kept rows to their optimizer steps and counts each step's tokens)."""
+
+    hooks: BuiltHooks
+    timer: PhaseTimer
+    stages: list[stages.Stage]
+    needs: frozenset[str]
+    stage_states: dict[str, Any]
+    counts_step_tokens: bool
+
+
 class Round:
     """One generation batch of a run (see the module docstring). ``output``: TRL's batch dict as generated and
     scored, this rank's rows; ``marks``: the lengths of TRL's metric lists before it was generated (DAPO relogs what
@@ -117,7 +134,7 @@ class Round:
     def restored(cls, trainer: Any, micro_batches: list[dict[str, Any]], first_micro_step: int) -> Round:
         """The rest of a round from a mid-batch checkpoint: its dealt micro-batches as saved (collective when the
         empty-step guard counts tokens)."""
-        typed = typed_micro_batches(micro_batches, trainer.accelerator, trainer.counts_step_tokens)
+        typed = typed_micro_batches(micro_batches, trainer.accelerator, trainer.round_parts.counts_step_tokens)
         return cls(trainer, {}, {}, first_micro_step, micro_batches=typed)
 
     def gathered(self, output: dict[str, Any] | None = None) -> GatheredRows:
@@ -131,32 +148,32 @@ class Round:
 
     def run(self) -> None:
         """Hooks, stages, dealing: the round's micro-batches (collective)."""
-        tr = self.trainer
+        tr, parts = self.trainer, self.trainer.round_parts
         initial_keep = None
-        for method in tr.hooks_at("after_generation"):  # e.g. DAPO: constant-reward groups replaced by new ones
+        for method in parts.hooks.at("after_generation"):  # e.g. DAPO: constant-reward groups replaced by new ones
             self.output, initial_keep = method.after_generation(tr, self.output, self.marks)
         step = tr.state.global_step + 1
-        for method in tr.hooks_at("before_pipeline"):  # the unfiltered batch (RAGEN's collapse probe)
+        for method in parts.hooks.at("before_pipeline"):  # the unfiltered batch (RAGEN's collapse probe)
             method.before_pipeline(tr, self.output, step)
         batch = self.rollout_batch(initial_keep)
-        with tr.phase("stage_pipeline"):
+        with parts.timer.phase("stage_pipeline"):
             self.decision = stages.run_pipeline(batch, tr.args)
         self._write_decision(batch)
-        for method in tr.hooks_at("after_decision"):  # e.g. RAGEN's reward-variance stop
+        for method in parts.hooks.at("after_decision"):  # e.g. RAGEN's reward-variance stop
             method.after_decision(tr, self.decision)
-        with tr.phase("stage_pipeline"):
+        with parts.timer.phase("stage_pipeline"):
             self._deal()
 
     def rollout_batch(self, keep: torch.Tensor | None = None) -> RolloutBatch:
         """The stages' typed view of the batch over every process (collective). ``keep``: the initial global keep
         mask (dynamic sampling's top-up groups start dropped)."""
-        tr, output = self.trainer, self.output
+        tr, output, parts = self.trainer, self.output, self.trainer.round_parts
         gathered = self.gathered()
         computed: dict[str, Any] = {}  # this rank's rows of every needed input (stages.register_input)
-        for spec in stages.input_providers(tr.stage_needs):
+        for spec in stages.input_providers(parts.needs):
             # timed only when it runs: a phase that did not run logs no key
-            with tr.phase(spec.phase) if spec.phase else nullcontext():
-                computed.update(spec.compute(tr, output, tr.stage_needs, computed))
+            with parts.timer.phase(spec.phase) if spec.phase else nullcontext():
+                computed.update(spec.compute(tr, output, parts.needs, computed))
         rows = {k: v for k, v in computed.items() if not k.startswith("_")}
         old_logps, entropies = rows.pop("old_logps", None), rows.pop("entropies", None)
         acc = tr.accelerator
@@ -177,7 +194,7 @@ class Round:
             entropies=gather_rows(entropies),
             extras=extras,
             keep=keep,
-            stage_state=tr.stage_states,
+            stage_state=parts.stage_states,
         )
 
     def _write_decision(self, batch: RolloutBatch) -> None:
@@ -187,7 +204,7 @@ class Round:
         B, T = output["completion_ids"].shape
         rank = tr.accelerator.process_index
         rows = slice(rank * B, (rank + 1) * B)
-        for stage in tr.configured_stages:  # per-row tensors the loss variants read in every micro-batch
+        for stage in tr.round_parts.stages:  # per-row tensors the loss variants read in every micro-batch
             if stage.loss_inputs is not None:
                 for key, t in stage.loss_inputs(batch, tr.args).items():
                     output[key] = t[rows, :T] if t.dim() >= 2 else t[rows]
@@ -215,7 +232,7 @@ class Round:
                             and args.compact_batch),
             loss_type=tr.loss_type,
             pad_token_id=trl_contact.pad_token_id(tr),
-            step_dealing=tr.counts_step_tokens,
+            step_dealing=tr.round_parts.counts_step_tokens,
         )
         dealt = deal(self.output, self.decision.keep, self.decision.advantages, settings=settings,
                      first_micro_step=self.first_micro_step, accelerator=tr.accelerator, gathered=self.gathered())
@@ -224,4 +241,5 @@ class Round:
             trl_contact.metrics(tr)["tokens/rank_max"].append(float(dealt.rank_tokens.max()))
             trl_contact.metrics(tr)["tokens/rank_min"].append(float(dealt.rank_tokens.min()))
         self.updates = 0 if self.empty else dealt.updates
-        self.micro_batches = typed_micro_batches(dealt.micro_batches, tr.accelerator, tr.counts_step_tokens)
+        self.micro_batches = typed_micro_batches(dealt.micro_batches, tr.accelerator,
+                                                 tr.round_parts.counts_step_tokens)

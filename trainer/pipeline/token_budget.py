@@ -250,6 +250,28 @@ def _partial_backward(trainer: Any, model: Any, backward: Callable[[torch.Tensor
     return functools.partial(acc.no_sync, model), backward
 
 
+def no_grad_logps(trainer: Any, forward: Callable[..., tuple], phase: Callable[[str], Any], model: Any,
+                  input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int, batch_size: int,
+                  compute_entropy: bool = False, compute_aux_loss: bool = False, **kwargs: Any) -> tuple:
+    """A batched no-grad pass of TRL's log-prob ``forward`` (old policy or reference: the calls that pass
+    ``batch_size``), timed by ``phase(name)`` and its tokens logged in training; with ``micro_batch_tokens`` over
+    token-budget chunks instead of row slices. Every no-grad pass of the policy's or reference's log-probs runs here:
+    TRL's own (through the trainer's override of its forward) and the old-policy row input's
+    (trainer/pipeline/old_policy.py)."""
+    name = "ref_logps" if model is getattr(trainer, "ref_model", None) else "old_logps"
+    metrics = trl_contact.metrics(trainer) if trainer.model.training else None
+    budget = trainer.args.micro_batch_tokens
+    with phase(name):
+        if budget is None or compute_aux_loss or any(v is not None for v in kwargs.values()):
+            if metrics is not None:
+                metrics[f"tokens/padded_{name}"].append(float(input_ids.numel()))
+                metrics[f"tokens/real_{name}"].append(float(attention_mask.sum()))
+            return forward(model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                           compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
+        return chunked_logps(forward, model, input_ids, attention_mask, logits_to_keep, budget, compute_entropy,
+                             metrics, name, trainer.accelerator)
+
+
 def chunked_logps(forward: Callable[..., tuple], model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   logits_to_keep: int, budget: int, compute_entropy: bool, metrics: dict[str, list] | None,
                   name: str, accelerator: Any = None) -> tuple[torch.Tensor, torch.Tensor | None, None]:
