@@ -24,7 +24,7 @@ from trainer.loss.trl_loss import token_mean_bonus, with_router_aux_loss
 
 # TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
 SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
-ROW_NORMALISED = ROW_NORMALISED_TYPES & set(SUPPORTED_LOSS_TYPES)  # compaction's winnow_loss_scale applies to these
+ROW_NORMALISED = ROW_NORMALISED_TYPES & set(SUPPORTED_LOSS_TYPES)  # a MicroBatch's row_scale applies to these
 # TRL features whose interaction with a replaced surrogate is undefined; rejected at config time.
 UNSUPPORTED = {
     "top_entropy_quantile": (1.0, "Beyond-80/20 token masking is a separate baseline"),
