@@ -149,7 +149,7 @@ def build_graph() -> dict[str, set[str]]:
     return arrows
 
 
-def _circles(arrows: dict[str, set[str]]) -> list[list[str]]:
+def circles(arrows: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one node (Tarjan's algorithm, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -197,9 +197,9 @@ def _circles(arrows: dict[str, set[str]]) -> list[list[str]]:
 def measure(arrows: dict[str, set[str]] | None = None) -> GraphFigures:
     """The figures of the product's import graph (or of ``arrows``, a graph given as ``{importer: imported}``)."""
     arrows = build_graph() if arrows is None else arrows
-    circles = _circles(arrows)
+    found = circles(arrows)
     component = {node: node for node in arrows}
-    for circle in circles:
+    for circle in found:
         for node in circle:
             component[node] = circle[0]
     down: dict[str, set[str]] = {}
@@ -235,7 +235,7 @@ def measure(arrows: dict[str, set[str]] | None = None) -> GraphFigures:
     back = sum(1 for src, targets in arrows.items() for t in targets
                if floor[component[t]] >= floor[component[src]])
     return GraphFigures(files=len(arrows), arrows=sum(len(t) for t in arrows.values()), floors=floor[top],
-                        arrows_back_up=back, circles=circles, longest_chain=chain)
+                        arrows_back_up=back, circles=found, longest_chain=chain)
 
 
 def main(argv: list[str] | None = None) -> int:

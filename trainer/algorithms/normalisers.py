@@ -16,7 +16,8 @@ Each entry has two parts:
   loss tokens) or ``batch_tokens`` (the generation batch's loss tokens on every process, ``num_items_in_batch``).
 
 A loss type whose divisor counts rows is *row-normalised*: removing a row from a step changes the divisor, so a
-stage that drops rollouts must scale the kept rows (``MicroBatch.row_scale``); a token-normalised one re-weights itself.
+stage that drops rollouts must scale the kept rows (``MicroBatch.row_scale``); a token-normalised one re-weights
+itself.
 """
 
 from __future__ import annotations
