@@ -40,8 +40,8 @@ class RLOOConfig(RLOOFields, WinnowConfig):
 
 
 def _args(tmp_path, cls=RLOOConfig, **overrides):
-    return cls(output_dir=str(tmp_path), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, "advantage": "rloo",
-                                            "beta": 0.04, **overrides})
+    return cls(output_dir=str(tmp_path), **{**BASE_ARGS, "per_device_train_batch_size": ROWS, "beta": 0.04,
+                                            "advantage": "test_outside_rloo", **overrides})
 
 
 def hand_rloo(R: torch.Tensor, scale: float) -> torch.Tensor:
@@ -56,16 +56,17 @@ def hand_rloo(R: torch.Tensor, scale: float) -> torch.Tensor:
 
 def test_the_method_is_in_the_catalog_and_registered():
     assert rloo_method.METHOD in catalog.methods()
-    assert "rloo" in stages.available("advantage")
-    with pytest.raises(ValueError, match="a method named 'rloo' is already in the catalog"):
+    assert "test_outside_rloo" in stages.available("advantage")  # test_ names: the registry is process-wide
+    with pytest.raises(ValueError, match="a method named 'test_outside_rloo' is already in the catalog"):
         catalog.add(rloo_method.METHOD)
 
 
 def test_its_checks_run_and_a_config_without_its_fields_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"rloo_scale: must be > 0 \(got 0.0\)"):
         _args(tmp_path, rloo_scale=0.0)
-    with pytest.raises(ConfigError, match=r"WinnowConfig.advantage: 'rloo' is a stage of the method 'rloo', whose "
-                                          r"fields \(RLOOFields\) this config class \(WinnowConfig\) does not have"):
+    with pytest.raises(ConfigError, match=r"WinnowConfig.advantage: 'test_outside_rloo' is a stage of the method "
+                                          r"'test_outside_rloo', whose fields \(RLOOFields\) this config class "
+                                          r"\(WinnowConfig\) does not have"):
         _args(tmp_path, cls=WinnowConfig)
     WinnowConfig(output_dir=str(tmp_path), **BASE_ARGS)  # not selected: nothing of the method is needed
 

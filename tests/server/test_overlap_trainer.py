@@ -535,4 +535,7 @@ def test_what_overlap_cannot_order_is_refused(server, tmp_path):
         WinnowGRPOTrainer(model="/nonexistent/model", reward_funcs=[reward_token_parity], args=args,
                           train_dataset=prompt_dataset(8), rollout_func=deterministic_rollout_func)
     with pytest.raises(ConfigError, match="max_staleness.*reward model"):
-        make_trainer(server, tmp_path, reward_funcs=(tiny_model_path(),), max_staleness=1, **DYNAMIC)
+        # the metric the reward model's run has (hooks build in registration order: dynamic sampling's own check of
+        # its metric now runs before overlap's, trainer/methods/catalog.py)
+        make_trainer(server, tmp_path, reward_funcs=(tiny_model_path(),), max_staleness=1,
+                     **{**DYNAMIC, "dynamic_sampling_metric": "reward"})

@@ -7,4 +7,4 @@ from rloo_method import stage
 from rloo_method.fields import RLOOFields
 from trainer.methods.method import Method
 
-METHOD = Method("rloo", fields=RLOOFields, registers=(stage,))
+METHOD = Method("test_outside_rloo", fields=RLOOFields, registers=(stage,))

@@ -7,6 +7,6 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RLOOFields:
-    """RLOO (``advantage: rloo``)."""
+    """RLOO (``advantage: test_outside_rloo``)."""
 
     rloo_scale: float = field(default=1.0, metadata={"help": "Multiplies the leave-one-out advantage (> 0)."})

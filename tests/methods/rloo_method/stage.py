@@ -15,7 +15,7 @@ def validate(args: Any) -> None:
         raise ConfigError("rloo_scale", f"must be > 0 (got {args.rloo_scale})", "use e.g. 1.0")
 
 
-@register_stage("advantage", "rloo", group_level=True, metric_prefix="rloo", validate=validate)
+@register_stage("advantage", "test_outside_rloo", group_level=True, metric_prefix="rloo", validate=validate)
 def rloo(batch: RolloutBatch, args: Any) -> StageResult:
     """A_i = s * (R_i - (sum_j R_j - R_i) / (G - 1)) within each group (G rollouts of one prompt)."""
     R = batch.groups(batch.R)  # (P, G)
