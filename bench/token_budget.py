@@ -124,7 +124,8 @@ def synthetic_trainer(rows: int, cap: int, budget: int | None):
 def demo_trainer(rows: int, budget: int | None):
     """The demo recipe's trainer (its model, data, rewards, sampling and loss settings), with a generation batch
     of ``rows`` rows as one micro-batch and ``micro_batch_tokens = budget``."""
-    from trainer.recipe import build_trainer, parse_recipe, prepare_run
+    from trainer.build import build_trainer, prepare_run
+    from trainer.recipe import parse_recipe
 
     argv = ["--config", str(DEMO_RECIPE), "--output_dir", tempfile.mkdtemp(), "--per_device_train_batch_size",
             str(rows), "--save_strategy", "no"]

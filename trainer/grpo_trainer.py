@@ -36,20 +36,18 @@ from trainer.guards.rewards import RewardGuard
 from trainer.guards.startup_checks import check_before_load, cuda_usable, weight_sync_kind
 from trainer.guards.step_skip import OptimizerStepSkip, StepSkipCallback
 from trainer.loss.call import LossCall
-from trainer.pipeline import hooks, stages, trained_batch_metrics
+from trainer.pipeline import hooks, stages, token_budget, trained_batch_metrics
 from trainer.pipeline.gathered import GatheredRows
 from trainer.pipeline.generation_buffer import GenerationBuffer
 from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
 from trainer.pipeline.round import MicroBatch, Round, RoundParts
-from trainer.pipeline.token_budget import chunked_loss, no_grad_logps
+from trainer.pipeline.token_budget import no_grad_logps
 from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server import overlapped_generation  # noqa: F401  (registers hook: overlap)
 from trainer.server.client import harden_client, wait_for_server
 from trainer.server.generation import SyncObserver, generation_class
 from trainer.server.listeners import pin_nccl_group_to_loopback
 from trainer.tools import model_card
-
-STAGE_STATE_FILE = "winnow_stage_state.json"  # in each checkpoint folder, next to TRL's own state files
 
 # Every method of TRL's GRPOTrainer / HF Trainer this class overrides, with why TRL offers no public way (one line
 # each). The two seams are _prepare_inputs (the generation batch in, to its Round) and _compute_loss (a MicroBatch's
@@ -67,11 +65,11 @@ OVERRIDES = {
     "_generate": "timing_s/generation without the weight sync inside it",
     "_generate_single_turn": "max_staleness > 0: the batch's completions from the request sent s batches ahead",
     "_get_output_dir": "the staging folder while a checkpoint is written (atomic checkpoints)",
-    "_save_checkpoint": "the stages' and hooks' state in the checkpoint, published by one rename",
-    "_save": "training_args.bin written with the secrets redacted",
-    "_push_from_checkpoint": "the args pickled for a hub push written with the secrets redacted",
-    "train": "a resume that cannot continue a generation batch exactly is refused before weights load",
-    "_load_optimizer_and_scheduler": "restores the stages', the hooks' and the generation buffer's state on resume",
+    "_save_checkpoint": "the stages' and hooks' state in the checkpoint, published by one rename; the args that a "
+                        "hub push pickles are redacted",
+    "save_model": "training_args.bin written with the secrets redacted",
+    "train": "a resume that cannot continue a generation batch exactly is refused before weights load; a resume "
+             "restores the stages', hooks' and generation buffer's state",
 }
 
 
@@ -134,7 +132,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         # Each configured stage's own state (Stage.state), handed to it as batch.stage_state[key].
         configured = stages.configured_stages(args)
         stage_states = {s.state_key: s.state(args) for s in configured if s.state is not None}
-        # Everything checkpointed in STAGE_STATE_FILE, by its key there (one protocol: stages.Checkpointed).
+        # Everything checkpointed in the stage state file, by its key there (one protocol: stages.Checkpointed).
         guards = (("empty_steps", self._empty_steps), ("numerics", self._numerics))
         self._checkpointed: dict[str, stages.Checkpointed] = {k: obj for k, obj in guards if obj is not None}
         self._checkpointed.update({k: obj for k, obj in self._hooks.by_key.items()
@@ -145,9 +143,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self.round_parts = RoundParts(hooks=self._hooks, timer=self._timer, stages=configured,
                                       needs=stages.required_inputs(args), stage_states=stage_states,
                                       counts_step_tokens=self._empty_steps is not None)
-        if args.micro_batch_tokens is not None and self.aux_loss_enabled:  # router loss: one value per forward
-            raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
-                              "chunks would change it", "use micro_batch_tokens: null with output_router_logits")
+        token_budget.check_trainer(self)
         self._staging = False  # True while a checkpoint is written (see _get_output_dir)
 
     # --- TRL override points -------------------------------------------------------------------------
@@ -263,19 +259,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         (trainer/pipeline/token_budget.py) -- and its logged metrics reduced once."""
         fn = stages.get_stage("loss_variant", self.args.loss_variant).fn
         call = self._loss_call(inputs)
-        if self.args.micro_batch_tokens is not None and model.training and torch.is_grad_enabled():
-            # token-budget chunks, each forward + backward, weighted to this loss (trainer/pipeline/token_budget.py)
-            loss = chunked_loss(self, model, inputs, fn, self.accelerator.backward, call)
-        else:
-            loss = fn(self, model, inputs, call)
-            if model.training and torch.is_grad_enabled():  # what the row micro-batch's forward paid for
-                metrics = trl_contact.metrics(self)
-                metrics["tokens/padded_loss"].append(
-                    float(inputs["prompt_ids"].numel() + inputs["completion_ids"].numel())
-                )
-                metrics["tokens/real_loss"].append(
-                    float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
-                )
+        loss = token_budget.micro_batch_loss(self, model, inputs, fn, call)
         if model.training and torch.is_grad_enabled():
             for method in self._hooks.at("train_micro_batch"):  # e.g. PPO's critic: its value loss on this micro-batch
                 method.train_micro_batch(self, inputs, call)
@@ -352,14 +336,15 @@ class WinnowGRPOTrainer(GRPOTrainer):
         self.accelerator.wait_for_everyone()
         self._staging = True
         try:
-            super()._save_checkpoint(model, trial)
+            with pickled_redacted(self.args):  # the hub push inside pickles the args again: redacted, as save_model
+                super()._save_checkpoint(model, trial)
             self._record_published_best(run_dir, staged)
             generation_resume.save_batch(self, staged)  # inside a generation batch: its rest, for an exact resume
             for method in self._hooks.at("save_checkpoint"):  # e.g. PPO's critic: weights and optimizer state
                 method.save_checkpoint(self, staged)
             state = self._stage_state()
             if state and self.args.should_save:
-                with open(os.path.join(staged, STAGE_STATE_FILE), "w") as fh:
+                with open(os.path.join(staged, generation_resume.STAGE_STATE_FILE), "w") as fh:
                     json.dump(state, fh)
         finally:
             self._staging = False
@@ -370,18 +355,12 @@ class WinnowGRPOTrainer(GRPOTrainer):
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
         self.accelerator.wait_for_everyone()
 
-    def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """HF Trainer's save of the model, tokenizer and ``training_args.bin``; the args it pickles there are a copy
         with the secrets redacted (trainer/config/redaction.py: ``hub_token``, ``model_init_kwargs.token``, URL
         user-info), written in place of the running args, which keep them (model loading, hub pushes need them)."""
         with pickled_redacted(self.args):
-            super()._save(output_dir, state_dict=state_dict)
-
-    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
-        """HF Trainer's hub push of a checkpoint, which pickles the args into ``output_dir`` again: redacted, as
-        in :meth:`_save` (the upload itself still reads the real ``hub_token``)."""
-        with pickled_redacted(self.args):
-            super()._push_from_checkpoint(checkpoint_folder)
+            super().save_model(output_dir, _internal_call=_internal_call)
 
     def _record_published_best(self, run_dir: str, staged: str) -> None:
         """Record the best checkpoint by its published path, not the staging one transformers saw (gone after the
@@ -398,28 +377,37 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
               ignore_keys_for_eval: list[str] | None = None, **kwargs: Any):
         """HF Trainer's train; a resume from a checkpoint inside a generation batch that cannot continue exactly is
-        refused first, before any weight is loaded (trainer/guards/generation_resume.py)."""
+        refused first, before any weight is loaded (trainer/guards/generation_resume.py), and a resume restores the
+        run's own state once HF has loaded its own (:meth:`_restore`, at ``on_train_begin``)."""
         checkpoint = resume_from_checkpoint
         if isinstance(checkpoint, bool) and checkpoint:  # HF Trainer's own resolution of True
             checkpoint = get_last_checkpoint(self.args.output_dir)
-        if checkpoint:
-            generation_resume.check_resumable(self.args, self.accelerator.num_processes, checkpoint, STAGE_STATE_FILE)
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
-                             ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        if not checkpoint:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        generation_resume.check_resumable(self.args, self.accelerator.num_processes, checkpoint)
+        # HF loads the weights, optimizer and scheduler, then calls on_train_begin before the first step
+        restore = generation_resume.OnTrainBegin(lambda: self._restore(checkpoint))
+        self.add_callback(restore)
+        try:
+            return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                                 ignore_keys_for_eval=ignore_keys_for_eval, **kwargs)
+        finally:
+            self.remove_callback(restore)
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        path = os.path.join(checkpoint, STAGE_STATE_FILE) if checkpoint else None
-        if path and os.path.exists(path):
+    def _restore(self, checkpoint: str) -> None:
+        """The run's own state from ``checkpoint``: the stages' and guards' states, the generation buffer's micro-step
+        and, mid-batch, its rest (train refuses a resume without), and each hook's (e.g. PPO's critic)."""
+        path = os.path.join(checkpoint, generation_resume.STAGE_STATE_FILE)
+        if os.path.exists(path):
             with open(path) as fh:
                 state = json.load(fh)
             for key, obj in self._checkpointed.items():
                 if key in state:
                     obj.load_state_dict(state[key])
-        if checkpoint:  # the generation buffer's micro-step and, mid-batch, its rest (train refuses a resume without)
-            generation_resume.restore(self, checkpoint, STAGE_STATE_FILE)
-            for method in self._hooks.at("load_checkpoint"):
-                method.load_checkpoint(self, checkpoint)
+        generation_resume.restore(self, checkpoint)
+        for method in self._hooks.at("load_checkpoint"):
+            method.load_checkpoint(self, checkpoint)
 
     # --- helpers -------------------------------------------------------------------------------------
 
@@ -430,7 +418,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             trl_contact.metrics(self, mode)[name].append(value)
 
     def _stage_state(self) -> dict[str, Any]:
-        """What STAGE_STATE_FILE holds: every checkpointed object's ``state_dict()`` under its key."""
+        """What the stage state file holds: every checkpointed object's ``state_dict()`` under its key."""
         return {key: obj.state_dict() for key, obj in self._checkpointed.items()}
 
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rewards
-from trainer.algorithms.dapo import mixed_groups, overlong_penalty
+from rewards.overlong import overlong_penalty_value as overlong_penalty
+from trainer.algorithms.dapo import mixed_groups
 
 
 def test_mixed_groups_is_zero_lt_correct_lt_G_for_accuracy():

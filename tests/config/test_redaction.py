@@ -182,7 +182,7 @@ def test_to_dict_str_and_repr_carry_no_secret():
 
 
 def test_training_args_pickle_is_redacted_and_the_args_keep_their_secrets():
-    """What ``WinnowGRPOTrainer._save`` / ``_push_from_checkpoint`` do around transformers'
+    """What ``WinnowGRPOTrainer.save_model`` / ``_save_checkpoint`` do around transformers'
     ``torch.save(self.args, training_args.bin)``."""
     from trainer.config.core import WinnowConfig, pickled_redacted
 
@@ -204,14 +204,17 @@ def test_training_args_pickle_is_redacted_and_the_args_keep_their_secrets():
 
 
 def test_transformers_writes_training_args_only_where_winnow_redacts():
-    """``training_args.bin`` is written by the two Trainer methods WinnowGRPOTrainer wraps; a transformers or TRL
-    release that writes it from anywhere else fails here (the new place would write the secrets)."""
-    writers = set()
+    """``training_args.bin`` is written by two Trainer methods, each called only from a method WinnowGRPOTrainer
+    wraps in ``pickled_redacted`` (``_save`` from ``save_model``, ``_push_from_checkpoint`` from ``_save_checkpoint``);
+    a transformers or TRL release that writes it, or calls a writer, from anywhere else fails here (the new place
+    would write the secrets)."""
+    writers, callers = set(), {}
+    trees = {}
     for module in ("transformers.trainer", "trl.trainer.grpo_trainer", "trl.trainer.base_trainer"):
         spec = importlib.util.find_spec(module)
-        if spec is None:
-            continue
-        tree = ast.parse(Path(spec.origin).read_text())
+        if spec is not None:
+            trees[module] = ast.parse(Path(spec.origin).read_text())
+    for module, tree in trees.items():
         for fn in ast.walk(tree):
             if isinstance(fn, ast.FunctionDef):
                 calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and ast.unparse(c.func) == "torch.save"]
@@ -219,9 +222,16 @@ def test_transformers_writes_training_args_only_where_winnow_redacts():
                         isinstance(n, ast.Name) and n.id == "TRAINING_ARGS_NAME" for n in ast.walk(fn)):
                     writers.add(f"{module}.{fn.name}")
     assert writers == {"transformers.trainer._save", "transformers.trainer._push_from_checkpoint"}
+    for module, tree in trees.items():
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef):
+                for c in ast.walk(fn):
+                    if isinstance(c, ast.Call) and ast.unparse(c.func) in ("self._save", "self._push_from_checkpoint"):
+                        callers.setdefault(ast.unparse(c.func), set()).add(fn.name)
+    assert callers == {"self._save": {"save_model"}, "self._push_from_checkpoint": {"_save_checkpoint"}}
     from trainer.grpo_trainer import WinnowGRPOTrainer
 
-    assert {"_save", "_push_from_checkpoint"} <= set(vars(WinnowGRPOTrainer))
+    assert {"save_model", "_save_checkpoint"} <= set(vars(WinnowGRPOTrainer))
 
 
 def test_a_re_run_drops_the_placeholder_so_the_environment_gives_the_token(tmp_path):

@@ -68,8 +68,8 @@ CONTRACTS = {
     "rewards/ imports nothing of trainer/": (files("rewards/**/*.py"), ("trainer",)),
     "envs/ imports nothing of trainer/": (files("envs/**/*.py"), ("trainer",)),
     "trainer/methods never imports the trainer class": (files("trainer/methods/**/*.py"), ("trainer.grpo_trainer",)),
-    # trainer/recipe.py builds the trainer from a YAML file: the composition root, beside the trainer class and above
-    # every package of trainer/ (the config among them).
+    # trainer/build.py builds the trainer from a parsed recipe (trainer/recipe.py): the composition root, beside the
+    # trainer class and above every package of trainer/ (the config among them).
     "no package of trainer/ imports the trainer class": (files("trainer/*/**/*.py"), ("trainer.grpo_trainer",)),
     "trainer/algorithms imports nothing else of trainer/": (
         files("trainer/algorithms/*.py"),

@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import import_graph  # noqa: E402  (bench/ is a script folder, not a package)
 
-MAX_FLOORS = 15
-MAX_BUDGET_READERS = 6  # files of trainer/ outside config/ and tools/ that read micro_batch_tokens
-MAX_PRIVATE_OVERRIDES = 12
+MAX_FLOORS = 10
+MAX_BUDGET_READERS = 3  # files of trainer/ outside config/ and tools/ that read micro_batch_tokens
+MAX_PRIVATE_OVERRIDES = 9
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +47,11 @@ def test_the_measure_sees_a_circle_and_a_dynamic_import(tmp_path):
 
 
 def _reads_budget(path: Path) -> bool:
+    """``x.micro_batch_tokens`` or ``getattr(x, "micro_batch_tokens", ...)``."""
     tree = ast.parse(path.read_text())
-    return any(isinstance(n, ast.Attribute) and n.attr == "micro_batch_tokens" for n in ast.walk(tree))
+    return any((isinstance(n, ast.Attribute) and n.attr == "micro_batch_tokens") or (
+        isinstance(n, ast.Call) and getattr(n.func, "id", None) == "getattr" and len(n.args) >= 2
+        and isinstance(n.args[1], ast.Constant) and n.args[1].value == "micro_batch_tokens") for n in ast.walk(tree))
 
 
 def test_few_files_read_the_token_budget():

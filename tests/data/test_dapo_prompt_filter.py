@@ -69,7 +69,7 @@ def test_loader_max_prompt_chars_keeps_exactly_the_authors_rows(qwen3, tmp_path)
     assert kept["answer"][:] == expected
 
     # winnow's token filter at the authors' number keeps every one of these (~500 tokens at most): not their rule
-    from trainer.recipe import filter_long_prompts
+    from trainer.build import filter_long_prompts
 
     by_tokens = filter_long_prompts(full, qwen3, MAX_PROMPT_LENGTH, {"enable_thinking": True})
     assert len(by_tokens) == len(lengths)

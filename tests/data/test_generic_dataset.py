@@ -12,6 +12,7 @@ import datasets  # noqa: E402
 import pytest  # noqa: E402
 from harness import typed, write_rows  # noqa: E402
 
+from trainer.build import filter_long_prompts
 from trainer.config.dataset_fields import check_dataset_fields, load_generic_inputs  # noqa: E402
 from trainer.config.errors import RecipeError  # noqa: E402
 from trainer.config.recipe_checks import check_dataset, probe_rewards  # noqa: E402
@@ -23,7 +24,7 @@ from trainer.data import (  # noqa: E402
     load_task_dataset,
 )
 from trainer.data.generic import column_value, load_generic_split  # noqa: E402
-from trainer.recipe import TaskArguments, filter_long_prompts  # noqa: E402
+from trainer.recipe import TaskArguments  # noqa: E402
 
 CHAT_ROWS = [
     {"prompt": [{"role": "system", "content": "Think first."}, {"role": "user", "content": "What is 1+1?"}],

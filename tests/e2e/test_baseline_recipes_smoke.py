@@ -13,7 +13,8 @@ import math
 
 import pytest
 
-from trainer.recipe import build_trainer, parse_recipe
+from trainer.build import build_trainer
+from trainer.recipe import parse_recipe
 
 DEMO_PROMPT = "Compute {problem}. Write the result as \\boxed{{result}}."  # configs/demo/smollm2-arithmetic.yaml
 SCALE = [

@@ -34,7 +34,8 @@ def _tiny_reward_model(policy: str, folder: Path) -> str:
 def test_reward_model_and_trl_accuracy_reward_train_one_step(tmp_path, tiny_model, monkeypatch):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from trainer.recipe import build_trainer, check_run, parse_recipe, prepare_run
+    from trainer.build import build_trainer, prepare_run
+    from trainer.recipe import check_run, parse_recipe
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -191,7 +191,8 @@ def test_model_revision_and_trust_remote_code_reach_the_loaders(tmp_path, monkey
     revision, so the tiny model still loads)."""
     from transformers import AutoTokenizer, PreTrainedModel
 
-    from trainer.recipe import build_trainer, check_run, parse_recipe
+    from trainer.build import build_trainer
+    from trainer.recipe import check_run, parse_recipe
 
     seen: dict[str, list[dict]] = {"model": [], "tokenizer": []}
     load_model, load_tokenizer = PreTrainedModel.from_pretrained.__func__, AutoTokenizer.from_pretrained.__func__
@@ -393,7 +394,8 @@ def test_built_trainer_is_freed(tmp_path):
     import gc
     import weakref
 
-    from trainer.recipe import build_trainer, parse_recipe
+    from trainer.build import build_trainer
+    from trainer.recipe import parse_recipe
 
     argv = ["--config", "configs/demo/smollm2-arithmetic.yaml", "--model_name_or_path", "offline:tiny-qwen3",
             "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--use_cpu", "true", "--bf16", "false"]
@@ -438,8 +440,9 @@ def test_dataset_kwargs_on_the_command_line_merge_into_the_recipe(tmp_path):
 def test_user_module_registers_a_reward_and_a_stage(tmp_path, monkeypatch, tiny_model):
     """import_modules runs before the recipe is checked: a user's stage name is valid in the same recipe, and a
     dotted reward path works as in `trl grpo`."""
+    from trainer.build import prepare_run
     from trainer.pipeline import stages
-    from trainer.recipe import parse_recipe, prepare_run
+    from trainer.recipe import parse_recipe
 
     # the user's stage lives in this test only: later tests (tests/gpu/test_gpu_devices.py lists every stage) must
     # not see it, whichever order a worker runs them in (built-ins loaded first, so the copy holds them)

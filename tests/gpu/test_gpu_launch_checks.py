@@ -142,7 +142,8 @@ def test_wrong_process_count_fails_before_model_load(tmp_path):
     model is read (the model path does not exist)."""
     from trl import ModelConfig
 
-    from trainer.recipe import TaskArguments, build_trainer
+    from trainer.build import build_trainer
+    from trainer.recipe import TaskArguments
 
     with pytest.raises(ConfigError, match=r"launch_processes.*4 training processes.*has 1"):
         build_trainer(TaskArguments(launch_processes=4), config(tmp_path),

@@ -161,3 +161,11 @@ def test_cov_variants_train_end_to_end_and_log(tiny_model, tmp_path):
 def test_unsupported_combinations_fail_fast(tmp_path, field, value):
     with pytest.raises(ConfigError, match=field):
         WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "loss_variant": "kl_cov", field: value})
+
+
+@pytest.mark.parametrize("variant", ["clip_cov", "kl_cov"])
+def test_a_token_budget_is_refused_since_the_choice_is_over_the_whole_micro_step(tmp_path, variant):
+    """The variants are registered ``chunkable=False``: token-budget chunks would each choose their own tokens."""
+    with pytest.raises(ConfigError, match=rf"micro_batch_tokens: loss_variant '{variant}' decides over the whole"):
+        WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "loss_variant": variant, "micro_batch_tokens": 4096})
+    WinnowConfig(output_dir=str(tmp_path), **{**BASE_ARGS, "loss_variant": "none", "micro_batch_tokens": 4096})

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.recipe import build_trainer, parse_recipe
+from trainer.build import build_trainer
+from trainer.recipe import parse_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_SCALE = [

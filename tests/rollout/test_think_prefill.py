@@ -130,8 +130,8 @@ def test_prompt_bound_counts_the_prefill(tmp_path):
     prefill the filter keeps the prompt it now drops)."""
     from datasets import Dataset
 
+    from trainer.build import filter_long_prompts
     from trainer.grpo_trainer import WinnowGRPOTrainer
-    from trainer.recipe import filter_long_prompts
 
     texts = ["Add 2 and 3.", "Add 2 and 3, then double the sum, then subtract one from it.",
              "Add 2 and 3, then double the sum, then subtract one from it, and then say the result in words."]

@@ -213,7 +213,8 @@ def test_overlap_with_lora_sync(server, tmp_path):
 def test_multi_turn_rollout_through_the_server(server, tmp_path):
     """The Sokoban recipe's multi-turn rollout with the server backend: every turn's tokens sampled by the server
     (its log-probs come back with them), the weights synced by disk before the rollout."""
-    from trainer.recipe import build_trainer, parse_recipe
+    from trainer.build import build_trainer
+    from trainer.recipe import parse_recipe
 
     restore_base(server["url"], server["model"])
     task, args, model = parse_recipe([

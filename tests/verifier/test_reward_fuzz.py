@@ -57,7 +57,7 @@ from hostile_outputs import CLASSES, hostile_outputs
 
 import rewards
 from rewards import verifier
-from trainer.algorithms.dapo import overlong_penalty as overlong_value
+from rewards.overlong import overlong_penalty_value as overlong_value
 from trainer.data.countdown import encode_answer
 
 rmath = importlib.import_module("rewards.math")  # the module (``rewards.math`` the attribute is shadowed)

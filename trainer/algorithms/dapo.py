@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import torch
 
-# The overlong shaping formula is a reward and lives with the reward function (rewards/ imports nothing of trainer/);
-# re-exported here, next to the rest of DAPO.
-from rewards.overlong import overlong_penalty_value as overlong_penalty  # noqa: F401
 from trainer.algorithms.grpo import group_view
 
 

@@ -85,15 +85,9 @@ def _cli_value(argv: list[str], name: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Check the recipe and its inputs, build the trainer, train, save the final model; 2 on a recipe error."""
     # heavy: torch starts with these, and console_main must set the allocator config first (set_allocator_conf)
+    from trainer.build import build_trainer, prepare_run
     from trainer.config.recipe_checks import clear_output_dir, resume_requested, resumes_latest
-    from trainer.recipe import (
-        build_trainer,
-        check_run,
-        parse_recipe,
-        prepare_run,
-        resolved_recipe,
-        save_resolved_recipe,
-    )
+    from trainer.recipe import check_run, parse_recipe, resolved_recipe, save_resolved_recipe
     from trainer.tools import console, wandb_run
     from trainer.tools.model_card import method_text
     from trainer.tools.preflight import main as preflight

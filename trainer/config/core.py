@@ -371,6 +371,10 @@ class WinnowConfig(ServerFields, *catalog.field_mixins(), GRPOConfig):  # each m
         self._validate_empty_batch_stop()
         for stage in stages.configured_stages(self):  # the selected stages' own checks (register_stage validate=)
             self._check_method_fields(stage)
+            if not stage.chunkable and self.micro_batch_tokens is not None:
+                raise ConfigError("micro_batch_tokens", f"{stage.kind} {stage.name!r} decides over the whole "
+                                  "micro-step, so token-budget chunks would change it",
+                                  f"use micro_batch_tokens: null with this {stage.kind}")
             if stage.validate is not None:
                 stage.validate(self)
         if self.num_generations is not None and self.num_generations < 2:

@@ -32,14 +32,15 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Callable
 
 import torch
+from transformers import TrainerCallback
 
 from trainer.config.errors import ConfigError
-from trainer.pipeline.round import Round
 
-STATE_KEY = "generation"  # key in winnow_stage_state.json
+STAGE_STATE_FILE = "winnow_stage_state.json"  # in each checkpoint folder, next to TRL's own state files
+STATE_KEY = "generation"  # key in STAGE_STATE_FILE
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -53,7 +54,7 @@ def micro_steps_per_batch(args: Any) -> int:
     return args.steps_per_generation * args.num_iterations
 
 
-def checkpoint_micro_step(checkpoint: str, accumulation: int, state_file: str) -> int:
+def checkpoint_micro_step(checkpoint: str, accumulation: int, state_file: str = STAGE_STATE_FILE) -> int:
     """The micro-step counter when ``checkpoint`` was saved: recorded under :data:`STATE_KEY`, or, in a
     checkpoint written before it was, global_step x gradient_accumulation_steps (HF Trainer's own skip count)."""
     path = os.path.join(checkpoint, state_file)
@@ -84,14 +85,14 @@ def save_batch(trainer: Any, folder: str) -> None:
     torch.save(saved, os.path.join(folder, batch_file(acc.process_index, acc.num_processes)))
 
 
-def _resumable(checkpoint: str, args: Any, world: int, state_file: str) -> bool:
+def _resumable(checkpoint: str, args: Any, world: int, state_file: str = STAGE_STATE_FILE) -> bool:
     micro = checkpoint_micro_step(checkpoint, args.gradient_accumulation_steps, state_file)
     if not inside_batch(micro, args):
         return True
     return all(os.path.exists(os.path.join(checkpoint, batch_file(r, world))) for r in range(world))
 
 
-def resumable_checkpoints(run_dir: str, args: Any, world: int, state_file: str) -> list[str]:
+def resumable_checkpoints(run_dir: str, args: Any, world: int, state_file: str = STAGE_STATE_FILE) -> list[str]:
     """Names of the complete checkpoints in ``run_dir`` that resume exactly, by step."""
     found = []
     for name in os.listdir(run_dir) if os.path.isdir(run_dir) else []:
@@ -103,7 +104,7 @@ def resumable_checkpoints(run_dir: str, args: Any, world: int, state_file: str) 
     return [name for _, name in sorted(found)]
 
 
-def check_resumable(args: Any, world: int, checkpoint: str, state_file: str) -> None:
+def check_resumable(args: Any, world: int, checkpoint: str, state_file: str = STAGE_STATE_FILE) -> None:
     """Refuse, before anything is loaded, a resume from a checkpoint inside a generation batch that does not hold
     the buffered batch of each of ``world`` processes. The same decision on every process (the files are checked for
     all ranks). Needs only the config, so ``launch/train.py`` asks it before the weights load."""
@@ -127,7 +128,7 @@ def check_resumable(args: Any, world: int, checkpoint: str, state_file: str) -> 
     )
 
 
-def restore(trainer: Any, checkpoint: str, state_file: str) -> None:
+def restore(trainer: Any, checkpoint: str, state_file: str = STAGE_STATE_FILE) -> None:
     """After HF Trainer loaded ``checkpoint``: the micro-step counter at the checkpoint's value, and, inside a
     generation batch, this process's buffered micro-batches, so the trainer continues the batch instead of generating
     a new one."""
@@ -138,4 +139,18 @@ def restore(trainer: Any, checkpoint: str, state_file: str) -> None:
     if inside_batch(buffer.micro_step, trainer.args):
         path = os.path.join(checkpoint, batch_file(acc.process_index, acc.num_processes))
         saved = torch.load(path, map_location=acc.device, weights_only=True)
-        buffer.fill(Round.restored(trainer, saved, buffer.micro_step))
+        buffer.fill(trainer.round_type.restored(trainer, saved, buffer.micro_step))
+
+
+class OnTrainBegin(TrainerCallback):
+    """Runs ``restore`` once at ``on_train_begin``: HF Trainer calls it after loading a resumed run's weights,
+    optimizer, scheduler and trainer state and before the first step -- where the run's own state (the stages', the
+    hooks', the generation buffer's) is restored, with no override of HF's private loading."""
+
+    def __init__(self, restore: Callable[[], None]):
+        self._restore: Callable[[], None] | None = restore
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._restore is not None:
+            restore, self._restore = self._restore, None
+            restore()

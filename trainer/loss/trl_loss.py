@@ -27,6 +27,7 @@ from trainer import trl_contact
 from trainer.algorithms.normalisers import ROW_NORMALISED, normaliser
 from trainer.loss.call import LossCall
 from trainer.loss.forward import policy_forward
+from trainer.loss.trl_terms import token_mean_bonus, trl_normalise, trl_reference_kl, with_router_aux_loss
 
 PPO_CLIPPED = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")  # TRL's loss types with PPO's clipped surrogate
 
@@ -63,7 +64,7 @@ def trl_policy_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Loss
         raise ValueError(f"Unknown importance sampling level: {trainer.importance_sampling_level}")
     coef_1 = torch.exp(log_importance_weights)  # (B, T) per token, (B, 1) per sequence
     if trainer.beta != 0.0:  # k3, times coef_1 (token or sequence ratio) with the bias correction
-        per_token_kl = trl_contact.trl_reference_kl(logp, inputs["ref_per_token_logps"],
+        per_token_kl = trl_reference_kl(logp, inputs["ref_per_token_logps"],
                                                     coef_1 if args.use_bias_correction_kl else None)
 
     if loss_type == "cispo":
@@ -97,7 +98,7 @@ def trl_policy_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Loss
         per_token_loss = per_token_loss * row_scale
 
     # TRL's normaliser for the loss type (trainer/algorithms/normalisers.py), gradient accumulation included
-    loss = trl_contact.trl_normalise(trainer, per_token_loss, mask, inputs, training=training)
+    loss = trl_normalise(trainer, per_token_loss, mask, inputs, training=training)
     accumulation = trainer.current_gradient_accumulation_steps if training else 1.0
     # TRL logs the policy term before its division by the accumulation steps (already inside a batch-token divisor)
     policy_loss = loss.detach() * (1.0 if normaliser(loss_type).divisor == "batch_tokens" else accumulation)
@@ -107,7 +108,7 @@ def trl_policy_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Loss
             # RAGEN's (verl's) bonus: the entropies aggregated with the policy loss's own normaliser and row scale
             # (mll-lab-nu/RAGEN@20daedc ragen/workers/actor/dp_actor.py:442-446, agg_loss(entropy, response_mask,
             # loss_agg_mode)), so the two terms keep upstream's ratio; TRL's is always the micro-batch token mean.
-            bonus = trl_contact.trl_normalise(trainer, entropies, mask, inputs, training=training)
+            bonus = trl_normalise(trainer, entropies, mask, inputs, training=training)
             bonus = bonus if row_scale is None else bonus * row_scale
         else:  # TRL: the token mean over the tokens the policy term acts on
             bonus = token_mean_bonus(entropies, mask if entropy_mask is None else mask * entropy_mask, accumulation)
@@ -133,21 +134,6 @@ def trl_policy_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: Loss
     elif loss_type == "vespo":
         record.trl_mean("vespo/phi_seq_mean", phi_seq, mask)
     return loss
-
-
-def token_mean_bonus(entropies: torch.Tensor, mask: torch.Tensor, accumulation: float) -> torch.Tensor:
-    """TRL's entropy term: the token mean of ``entropies`` over ``mask``, scaled for gradient accumulation only."""
-    return (entropies * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
-
-
-def with_router_aux_loss(trainer: Any, loss: torch.Tensor, aux_loss: torch.Tensor | None, accumulation: float,
-                         record: Any) -> torch.Tensor:
-    """``loss`` plus an MoE router's load-balancing loss as TRL adds it (scaled for gradient accumulation only), and
-    its ``aux_loss`` metric; ``loss`` itself without TRL's ``aux_loss_enabled``."""
-    if not trainer.aux_loss_enabled:
-        return loss
-    record.rank_value("aux_loss", aux_loss.detach())
-    return loss + trainer.router_aux_loss_coef * aux_loss / accumulation
 
 
 def _masked_seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

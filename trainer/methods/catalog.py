@@ -1,7 +1,8 @@
 """The built-in methods, one line each. This list is the only place a built-in method is named outside its folder:
 ``WinnowConfig`` mixes in each method's fields in this order (trainer/config/core.py), and importing this module
-imports each method's folder, whose parts register its stages, inputs, hooks and config checks -- in this order,
-which is the order hooks are built and called in.
+imports the modules each line names, which register the method's stages, inputs, hooks and config checks (in import
+order, which is the order hooks are built and called in). The first line is TRL's GRPO itself: the stages that are
+on when no method is (trainer/pipeline/trl_stages.py).
 
 A method of a user's (a folder outside the package) adds itself with :func:`add` and brings a config class that mixes
 in its fields (``class MyConfig(MyFields, WinnowConfig)``); docs/design.md, "Adding a method".
@@ -9,29 +10,44 @@ in its fields (``class MyConfig(MyFields, WinnowConfig)``); docs/design.md, "Add
 
 from __future__ import annotations
 
-from trainer.methods import (
-    collapse,
-    cov_losses,
-    dynamic_sampling,
-    grpodropout,
-    low_success_stop,
-    ppo,
-    reward_variance_stop,
-    snr,
-    uecr,
-)
+# First: TRL's own stages and the per-row inputs (old policy, teacher) that methods' stages name in `needs`.
+from trainer.pipeline import trl_stages
+
+# isort: split
+from trainer.methods.collapse import hook as collapse_hook
+from trainer.methods.collapse.fields import CollapseFields
+from trainer.methods.cov_losses import loss as cov_losses_loss
+from trainer.methods.cov_losses.fields import CovLossFields
+from trainer.methods.dynamic_sampling import hook as dynamic_sampling_hook
+from trainer.methods.dynamic_sampling.fields import DynamicSamplingFields
+from trainer.methods.grpodropout import stage as grpodropout_stage
+from trainer.methods.grpodropout.fields import GRPODropoutFields
+from trainer.methods.low_success_stop import hook as low_success_stop_hook
+from trainer.methods.low_success_stop.fields import LowSuccessStopFields
 from trainer.methods.method import Method
+from trainer.methods.ppo import hook as ppo_hook
+from trainer.methods.ppo import stage as ppo_stage
+from trainer.methods.ppo.fields import PPOFields
+from trainer.methods.reward_variance_stop import hook as reward_variance_stop_hook
+from trainer.methods.reward_variance_stop.fields import RewardVarianceStopFields
+from trainer.methods.snr import stage as snr_stage
+from trainer.methods.snr.fields import SNRFilterFields
+from trainer.methods.uecr import baselines as uecr_baselines
+from trainer.methods.uecr import hook as uecr_hook
+from trainer.methods.uecr import stage as uecr_stage
+from trainer.methods.uecr.fields import TeacherFields
 
 BUILTIN: tuple[Method, ...] = (
-    collapse.METHOD,
-    cov_losses.METHOD,
-    dynamic_sampling.METHOD,
-    grpodropout.METHOD,
-    low_success_stop.METHOD,
-    ppo.METHOD,
-    reward_variance_stop.METHOD,
-    snr.METHOD,
-    uecr.METHOD,
+    Method("trl", fields=None, registers=(trl_stages,)),  # TRL's GRPO: the stages on when no method is
+    Method("collapse", fields=CollapseFields, registers=(collapse_hook,)),
+    Method("cov_losses", fields=CovLossFields, registers=(cov_losses_loss,)),
+    Method("dynamic_sampling", fields=DynamicSamplingFields, registers=(dynamic_sampling_hook,)),
+    Method("grpodropout", fields=GRPODropoutFields, registers=(grpodropout_stage,)),
+    Method("low_success_stop", fields=LowSuccessStopFields, registers=(low_success_stop_hook,)),
+    Method("ppo", fields=PPOFields, registers=(ppo_hook, ppo_stage)),
+    Method("reward_variance_stop", fields=RewardVarianceStopFields, registers=(reward_variance_stop_hook,)),
+    Method("snr", fields=SNRFilterFields, registers=(snr_stage,)),
+    Method("uecr", fields=TeacherFields, registers=(uecr_baselines, uecr_hook, uecr_stage)),
 )
 
 _ADDED: list[Method] = []

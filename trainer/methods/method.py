@@ -1,17 +1,13 @@
 """What a method is to the rest of the trainer: its name, its config fields and the modules that register it.
 
-A method is one folder, ``trainer/methods/<name>/`` (or a package of a user's), whose ``__init__.py`` imports its
-parts and names them in one :class:`Method`::
+A method is one folder, ``trainer/methods/<name>/`` (or a package of a user's), named by one :class:`Method`::
 
-    from trainer.methods.method import Method
-    from trainer.methods.grpodropout import stage
-    from trainer.methods.grpodropout.fields import GRPODropoutFields
-
-    METHOD = Method("grpodropout", fields=GRPODropoutFields, registers=(stage,))
+    Method("grpodropout", fields=GRPODropoutFields, registers=(grpodropout_stage,))
 
 Importing the parts registers the method's stages, inputs, hooks and config checks (trainer/pipeline/stages.py,
-trainer/pipeline/hooks.py); the catalog (trainer/methods/catalog.py) lists the built-in methods, one line each, and
-that one list makes both ``WinnowConfig``'s fields and the registrations.
+trainer/pipeline/hooks.py); the catalog (trainer/methods/catalog.py) holds the built-in methods' lines, and that one
+list makes both ``WinnowConfig``'s fields and the registrations. A user's method builds its line in its own package
+and hands it to ``catalog.add``.
 """
 
 from __future__ import annotations

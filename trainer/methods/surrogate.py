@@ -14,13 +14,12 @@ from typing import Any
 
 import torch
 
-from trainer import trl_contact
 from trainer.algorithms.losses import clipped_surrogate
 from trainer.algorithms.normalisers import ROW_NORMALISED as ROW_NORMALISED_TYPES
 from trainer.config.errors import ConfigError
 from trainer.loss.call import LossCall
 from trainer.loss.forward import PolicyPass
-from trainer.loss.trl_loss import token_mean_bonus, with_router_aux_loss
+from trainer.loss.trl_terms import token_mean_bonus, trl_normalise, trl_reference_kl, with_router_aux_loss
 
 # TRL loss types whose normaliser ``normalise`` reproduces (the others change the surrogate itself).
 SUPPORTED_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
@@ -62,7 +61,7 @@ def normalise(trainer: Any, per_token_loss: torch.Tensor, mask: torch.Tensor, in
     if trainer.loss_type not in SUPPORTED_LOSS_TYPES:
         raise ValueError(f"loss_variant {trainer.args.loss_variant!r} supports loss_type {SUPPORTED_LOSS_TYPES}, "
                          f"not {trainer.loss_type!r}")
-    return trl_contact.trl_normalise(trainer, per_token_loss, mask, inputs, training=True)
+    return trl_normalise(trainer, per_token_loss, mask, inputs, training=True)
 
 
 def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: dict[str, Any],
@@ -95,4 +94,4 @@ def reference_kl(trainer: Any, p: PolicyPass, inputs: dict[str, Any]) -> torch.T
     on-policy, where its value is 1). ``use_bias_correction_kl: false`` is verl's ``low_var_kl`` (no ratio,
     also clamped to [-10, 10] there; the clamp is not reproduced)."""
     ratio = torch.exp(p.logp - p.old) if trainer.args.use_bias_correction_kl else None
-    return trl_contact.trl_reference_kl(p.logp, inputs["ref_per_token_logps"], ratio)
+    return trl_reference_kl(p.logp, inputs["ref_per_token_logps"], ratio)

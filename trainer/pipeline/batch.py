@@ -15,15 +15,6 @@ import torch
 from trainer.algorithms.grpo import group_index, group_view, total_reward
 
 
-def gather_padded(accelerator: Any, t: torch.Tensor, pad: float = 0, pad_first: bool = False) -> torch.Tensor:
-    """Rows of ``t`` from every process, in rank order (collective). Per-token tensors (dim >= 2) are padded
-    to the longest length of any rank first: right-padded, or left-padded for prompts (``pad_first``)."""
-    t = t.contiguous()
-    if t.dim() >= 2:
-        t = accelerator.pad_across_processes(t, dim=1, pad_index=pad, pad_first=pad_first)
-    return accelerator.gather(t) if accelerator.num_processes > 1 else t
-
-
 @dataclass
 class RolloutBatch:
     """Gathered tensors of one generation batch (N = all rollouts of all processes, T = padded length).

@@ -18,7 +18,15 @@ from typing import Any
 
 import torch
 
-from trainer.pipeline.batch import gather_padded
+
+def gather_padded(accelerator: Any, t: torch.Tensor, pad: float = 0, pad_first: bool = False) -> torch.Tensor:
+    """Rows of ``t`` from every process, in rank order (collective). Per-token tensors (dim >= 2) are padded
+    to the longest length of any rank first: right-padded, or left-padded for prompts (``pad_first``)."""
+    t = t.contiguous()
+    if t.dim() >= 2:
+        t = accelerator.pad_across_processes(t, dim=1, pad_index=pad, pad_first=pad_first)
+    return accelerator.gather(t) if accelerator.num_processes > 1 else t
+
 
 LEFT_PADDED = frozenset({"prompt_ids", "prompt_mask"})
 PAD_TOKEN = object()  # stands for the tokenizer's pad token id in TRL_PAD

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 
 from trainer import trl_contact
-from trainer.pipeline import stages, trained_batch_metrics
-from trainer.pipeline.batch import RolloutBatch, gather_padded
+from trainer.pipeline import stages, token_budget, trained_batch_metrics
+from trainer.pipeline.batch import RolloutBatch
 from trainer.pipeline.dealing import DealSettings, deal
-from trainer.pipeline.gathered import GatheredRows
+from trainer.pipeline.gathered import GatheredRows, gather_padded
 from trainer.pipeline.hooks import BuiltHooks
 from trainer.pipeline.phase_timing import PhaseTimer
 from trainer.pipeline.step_dealing import KEPT_KEY
@@ -228,8 +228,7 @@ class Round:
             passes=tr.num_iterations,
             filtered_updates=args.filtered_updates,
             compact=args.compact_batch,
-            balance_tokens=(args.micro_batch_tokens is not None and args.balance_rank_tokens and world > 1
-                            and args.compact_batch),
+            balance_tokens=token_budget.balances_rank_tokens(args, world),
             loss_type=tr.loss_type,
             pad_token_id=trl_contact.pad_token_id(tr),
             step_dealing=tr.round_parts.counts_step_tokens,
@@ -237,7 +236,7 @@ class Round:
         dealt = deal(self.output, self.decision.keep, self.decision.advantages, settings=settings,
                      first_micro_step=self.first_micro_step, accelerator=tr.accelerator, gathered=self.gathered())
         self._gathered = None  # dealt: the gathered rows are not read again
-        if dealt.rank_tokens is not None and args.micro_batch_tokens is not None and world > 1:
+        if dealt.rank_tokens is not None and world > 1:  # what each rank's forwards pay for, after compaction
             trl_contact.metrics(tr)["tokens/rank_max"].append(float(dealt.rank_tokens.max()))
             trl_contact.metrics(tr)["tokens/rank_min"].append(float(dealt.rank_tokens.min()))
         self.updates = 0 if self.empty else dealt.updates

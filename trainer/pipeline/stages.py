@@ -40,12 +40,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 
-from trainer import trl_contact
-from trainer.algorithms.grpo import grpo_advantages, normalize_then_sum_advantages
-from trainer.loss.call import LossCall
-from trainer.loss.trl_loss import trl_policy_loss
 from trainer.pipeline.batch import RolloutBatch
-from trainer.pipeline.old_policy import old_policy_inputs
 
 STAGE_KINDS = ("rollout_filter", "rollout_dropout", "advantage", "loss_variant")
 
@@ -88,6 +83,7 @@ class Stage:
     validate: Callable[[Any], None] | None = None  # checks of its own config fields; raises ConfigError
     loss_inputs: Callable[[RolloutBatch, Any], dict[str, torch.Tensor]] | None = None  # global per-row loss inputs
     state: Callable[[Any], Checkpointed] | None = None  # factory of its checkpointed state
+    chunkable: bool = True  # a loss variant whose result token-budget chunks leave unchanged (micro_batch_tokens)
 
     @property
     def state_key(self) -> str:
@@ -159,6 +155,7 @@ def register_stage(
     validate: Callable[[Any], None] | None = None,
     loss_inputs: Callable[[RolloutBatch, Any], dict[str, torch.Tensor]] | None = None,
     state: Callable[[Any], Checkpointed] | None = None,
+    chunkable: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator registering ``fn`` as stage ``name`` of ``kind``; a name already registered for ``kind`` is an
     error (as in the reward, environment and dataset registries: a silent replacement would change what a recipe
@@ -168,7 +165,9 @@ def register_stage(
     depends on the config. ``validate(args)`` checks the stage's own config fields when it is configured;
     ``loss_inputs(batch, args)`` returns global (N, ...) per-row tensors that the trainer slices to each rank's rows
     (and the batch's length T) into TRL's batch, so a loss variant finds them in every micro-batch; ``state(args)``
-    builds the stage's :class:`Checkpointed` state."""
+    builds the stage's :class:`Checkpointed` state. ``chunkable=False``: a loss variant that decides over the whole
+    micro-step (which tokens to clip, say), so token-budget chunks would change it: ``micro_batch_tokens`` is then
+    refused."""
     if kind not in STAGE_KINDS:
         raise ValueError(f"unknown stage kind {kind!r}; expected one of {STAGE_KINDS}")
     if not callable(needs):
@@ -180,7 +179,7 @@ def register_stage(
             other = _REGISTRY[kind][name].fn
             raise ValueError(f"{kind} stage {name!r} is already registered by {other.__module__}.{other.__qualname__}")
         _REGISTRY[kind][name] = Stage(
-            kind, name, fn, needs, group_level, metric_prefix or name, validate, loss_inputs, state
+            kind, name, fn, needs, group_level, metric_prefix or name, validate, loss_inputs, state, chunkable
         )
         return fn
 
@@ -352,53 +351,3 @@ def _check_advantages(stage: Stage, A: torch.Tensor, batch: RolloutBatch) -> Non
 
 # ----------------------------------------------------------------------------------------------
 # Built-in stages of the backbone. Method stages live next to their algorithms and register the same way.
-
-
-@register_stage("rollout_filter", "none")
-def _no_filter(batch: RolloutBatch, args: Any) -> StageResult:
-    """Keep every group."""
-    return StageResult()
-
-
-@register_stage("rollout_dropout", "none")
-def _no_dropout(batch: RolloutBatch, args: Any) -> StageResult:
-    """Keep every rollout."""
-    return StageResult()
-
-
-@register_stage("advantage", "grpo", group_level=True, metric_prefix="advantage")
-def _grpo(batch: RolloutBatch, args: Any) -> StageResult:
-    """TRL's GRPO advantage, exactly: ``scale_rewards`` and ``multi_objective_aggregation`` honoured,
-    std estimator from ``args.advantage_std`` (TRL: unbiased), epsilon ``args.advantage_eps`` (TRL: 1e-4)."""
-    std, eps = args.advantage_std, args.advantage_eps
-    if args.multi_objective_aggregation == "normalize_then_sum":
-        A, sigma = normalize_then_sum_advantages(batch.R_k, batch.reward_weights, batch.G, std=std, eps=eps)
-    else:
-        A, sigma = grpo_advantages(batch.R, batch.G, scale_rewards=args.scale_rewards, std=std, eps=eps)
-    zero_std = torch.isclose(sigma, torch.zeros_like(sigma)).float().mean().item()
-    return StageResult(advantages=A, metrics={"frac_zero_std": zero_std})
-
-
-@register_stage("loss_variant", "none")
-def _trl_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) -> torch.Tensor:
-    """TRL's loss for the configured ``loss_type``: TRL's own ``_compute_loss`` where nothing of winnow changes it
-    (``call.plain``), else the same loss with winnow's differences as arguments (trainer/loss/trl_loss.py)."""
-    if call.plain:
-        return trl_contact.trl_loss(trainer, model, inputs)
-    return trl_policy_loss(trainer, model, inputs, call)
-
-
-# Built-in per-row inputs: model forwards of this rank's rows (the teacher's, trainer/methods/uecr/hook.py; the old
-# policy's, trainer/pipeline/old_policy.py). ``teacher`` comes first: its student pass also yields the old policy's
-# log-probs at the sampling temperature, which ``old_logps`` then reuses instead of a second forward.
-def _teacher_input(trainer: Any, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):
-    """The teacher hook's scores (trainer/methods/uecr/hook.py); its old-policy log-probs at the sampling
-    temperature (the same forward as T = 1) are left for ``old_logps`` to reuse, not gathered."""
-    scores = trainer.hook("teacher").scores(trainer, output)
-    scores["_old_logps_sampling_t"] = scores.pop("old_logps_sampling_t")
-    return scores
-
-
-register_input("teacher", _teacher_input, phase="teacher_scoring")
-register_input("old_logps", old_policy_inputs)
-register_input("entropies", _INPUTS["old_logps"].compute)  # the same forward: one call computes both

@@ -42,6 +42,7 @@ from accelerate.utils import DistributedType
 
 from trainer import trl_contact
 from trainer.algorithms.normalisers import normaliser
+from trainer.config.errors import ConfigError
 from trainer.loss.call import LossCall, LossRecorder
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
@@ -150,6 +151,47 @@ def chunk_weights(trainer: Any, inputs: dict[str, Any], chunk: dict[str, Any],
     else:  # micro_tokens (bnpo): the micro-batch's (clamped) loss-token count
         policy = tokens
     return policy, policy if aggregate_entropy else tokens
+
+
+def check_trainer(trainer: Any) -> None:
+    """What the token budget cannot chunk, known only once TRL has read the model: an MoE router's load-balancing
+    loss (``output_router_logits``) is one value per forward, not a sum over rows."""
+    if trainer.args.micro_batch_tokens is not None and trainer.aux_loss_enabled:
+        raise ConfigError("micro_batch_tokens", "the MoE router's load-balancing loss is not a sum over rows, so "
+                          "chunks would change it", "use micro_batch_tokens: null with output_router_logits")
+
+
+def balances_rank_tokens(args: Any, world: int) -> bool:
+    """Whether compaction deals each rank about the same real tokens (``balance_rank_tokens``): only under a token
+    budget, where a rank's forwards cost its tokens, not its rows, and only with several ranks and compaction."""
+    return args.micro_batch_tokens is not None and args.balance_rank_tokens and world > 1 and args.compact_batch
+
+
+def micro_batch_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Callable[..., torch.Tensor],
+                     call: LossCall) -> torch.Tensor:
+    """One micro-batch's loss of ``loss_fn``: in training under a token budget, over its chunks
+    (:func:`chunked_loss`, each chunk's forward and backward here); else one call. The padded and real tokens the
+    forwards paid for are logged either way (``tokens/padded_loss``, ``tokens/real_loss``)."""
+    training = model.training and torch.is_grad_enabled()
+    if trainer.args.micro_batch_tokens is not None and training:
+        return chunked_loss(trainer, model, inputs, loss_fn, trainer.accelerator.backward, call)
+    loss = loss_fn(trainer, model, inputs, call)
+    if training:
+        metrics = trl_contact.metrics(trainer)
+        metrics["tokens/padded_loss"].append(float(inputs["prompt_ids"].numel() + inputs["completion_ids"].numel()))
+        metrics["tokens/real_loss"].append(float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum()))
+    return loss
+
+
+def weighted_parts(trainer: Any, inputs: dict[str, Any]) -> list[tuple[dict[str, Any], float, bool]]:
+    """A second model trained on the policy's micro-batches (PPO's critic) runs the same forwards: ``(inputs,
+    weight, is_filler)`` for each token-budget chunk (:func:`loss_chunks`, weighted by :func:`chunk_weights`'
+    policy share, fillers at 0), or the micro-batch whole with weight 1 without a budget."""
+    if trainer.args.micro_batch_tokens is None:
+        return [(inputs, 1.0, False)]
+    calls, _ = loss_chunks(trainer, inputs)
+    return [(chunk, 0.0 if filler else chunk_weights(trainer, inputs, chunk, False)[0], filler)
+            for chunk, filler in calls]
 
 
 def chunked_loss(trainer: Any, model: Any, inputs: dict[str, Any], loss_fn: Callable[..., torch.Tensor],

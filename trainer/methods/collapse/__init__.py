@@ -7,9 +7,3 @@
 - ``reasoning_span.py``: which token ids of a reply are its reasoning (the ``<think>`` span);
 - its docs page, docs/ragen.md, and its recipes, configs/ragen/.
 """
-
-from trainer.methods.collapse import hook
-from trainer.methods.collapse.fields import CollapseFields
-from trainer.methods.method import Method
-
-METHOD = Method("collapse", fields=CollapseFields, registers=(hook,))

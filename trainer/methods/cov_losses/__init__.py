@@ -5,9 +5,3 @@
   config checks;
 - their docs page, docs/baselines.md, and the recipes configs/grpodropout/table1/*-clip_cov.yaml / *-kl_cov.yaml.
 """
-
-from trainer.methods.cov_losses import loss
-from trainer.methods.cov_losses.fields import CovLossFields
-from trainer.methods.method import Method
-
-METHOD = Method("cov_losses", fields=CovLossFields, registers=(loss,))

@@ -31,7 +31,7 @@ from trainer.config.errors import ConfigError
 from trainer.loss.call import LossCall
 from trainer.loss.forward import policy_forward
 from trainer.methods.surrogate import finish, validate_surrogate_variant
-from trainer.pipeline.batch import gather_padded
+from trainer.pipeline.gathered import gather_padded
 from trainer.pipeline.stages import register_config_check, register_stage
 
 SelectionHook = Callable[[dict[str, torch.Tensor]], None]
@@ -129,24 +129,17 @@ def validate_cov_fields(args: Any) -> None:
         raise ConfigError("kl_cov_coef", f"must be >= 0 (got {args.kl_cov_coef})", "use e.g. 1.0")
 
 
-def validate_cov_variant(args: Any) -> None:
-    """``validate`` hook of clip_cov / kl_cov: PPO's surrogate with a supported normaliser, and whole micro-steps
-    (the token choice is taken over the micro-step, so token-budget chunks would change it)."""
-    if args.micro_batch_tokens is not None:
-        raise ConfigError("micro_batch_tokens", f"loss_variant {args.loss_variant!r} chooses its tokens over the "
-                          "whole micro-step, so chunks would change the choice",
-                          "use micro_batch_tokens: null with this loss variant")
-    validate_surrogate_variant(args)
-
-
-@register_stage("loss_variant", "clip_cov", metric_prefix="clip_cov", validate=validate_cov_variant)
+# Not chunkable: the token choice is taken over the whole micro-step, so token-budget chunks would change it.
+@register_stage("loss_variant", "clip_cov", metric_prefix="clip_cov", validate=validate_surrogate_variant,
+                chunkable=False)
 def clip_cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) -> torch.Tensor:
     """Clip-Cov (Cui et al. 2025 §4.2): cut the gradient of a random ``clip_cov_ratio`` share of the tokens whose
     covariance lies in (``clip_cov_lb``, ``clip_cov_ub``) and that PPO did not clip."""
     return cov_loss(trainer, model, inputs, call, "clip_cov")
 
 
-@register_stage("loss_variant", "kl_cov", metric_prefix="kl_cov", validate=validate_cov_variant)
+@register_stage("loss_variant", "kl_cov", metric_prefix="kl_cov", validate=validate_surrogate_variant,
+                chunkable=False)
 def kl_cov_loss(trainer: Any, model: Any, inputs: dict[str, Any], call: LossCall) -> torch.Tensor:
     """KL-Cov (Cui et al. 2025 §4.2): unclipped policy gradient plus ``kl_cov_coef * |log pi - log pi_old|`` on
     the top ``kl_cov_ratio`` share of tokens by covariance."""

@@ -6,9 +6,3 @@ generating more), all in this folder:
  ;
 - its docs page, docs/baselines.md, and the DAPO recipes (configs/grpodropout/table1/*-dapo.yaml).
 """
-
-from trainer.methods.dynamic_sampling import hook
-from trainer.methods.dynamic_sampling.fields import DynamicSamplingFields
-from trainer.methods.method import Method
-
-METHOD = Method("dynamic_sampling", fields=DynamicSamplingFields, registers=(hook,))

@@ -6,9 +6,3 @@
 - its docs page, docs/grpodropout.md, and its recipes, configs/grpodropout/ (their claims are checked by
   tests/methods/test_grpodropout_fidelity.py and the recipe tests).
 """
-
-from trainer.methods.grpodropout import stage
-from trainer.methods.grpodropout.fields import GRPODropoutFields
-from trainer.methods.method import Method
-
-METHOD = Method("grpodropout", fields=GRPODropoutFields, registers=(stage,))

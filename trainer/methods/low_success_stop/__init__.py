@@ -5,9 +5,3 @@
  ;
 - its docs page, docs/ragen-fidelity.md, and the RAGEN recipes, configs/ragen/.
 """
-
-from trainer.methods.low_success_stop import hook
-from trainer.methods.low_success_stop.fields import LowSuccessStopFields
-from trainer.methods.method import Method
-
-METHOD = Method("low_success_stop", fields=LowSuccessStopFields, registers=(hook,))

@@ -8,9 +8,3 @@
 - ``hook.py``: the ``ppo_critic`` method hook that builds the critic and trains it on every micro-batch;
 - its docs page, docs/ppo.md.
 """
-
-from trainer.methods.method import Method
-from trainer.methods.ppo import hook, stage
-from trainer.methods.ppo.fields import PPOFields
-
-METHOD = Method("ppo", fields=PPOFields, registers=(hook, stage))

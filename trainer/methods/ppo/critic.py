@@ -26,8 +26,10 @@ from transformers import AutoConfig, AutoModelForTokenClassification
 from trainer import trl_contact
 from trainer.algorithms.gae import clipped_value_terms
 from trainer.guards.step_skip import arm_zero_skip
-from trainer.pipeline.token_budget import chunk_weights, loss_chunks
+from trainer.loss.trl_terms import trl_normalise
+from trainer.pipeline.token_budget import weighted_parts
 
+HOOK_KEY = "ppo_critic"  # the key the critic hook is registered under (trainer/methods/ppo/hook.py)
 
 class Critic:
     """The value model, its optimizer and its update, for one run (built by the ``ppo_critic`` hook)."""
@@ -87,7 +89,7 @@ class Critic:
         mask = mask.float()
         V = self.values(ids, attention, inputs["completion_ids"].shape[1])
         per_token, clipped = clipped_value_terms(V, inputs["returns"], inputs["old_values"], self.args.cliprange_value)
-        loss = trl_contact.trl_normalise(trainer, per_token, mask, inputs) * self.args.vf_coef
+        loss = trl_normalise(trainer, per_token, mask, inputs) * self.args.vf_coef
         row_scale = getattr(inputs, "row_scale", None)  # compaction's row scale (MicroBatch), as the policy's
         if row_scale is not None:
             loss = loss * row_scale
@@ -102,12 +104,7 @@ class Critic:
         the policy's step: :meth:`step`); returns the value statistics as :meth:`loss` does. With
         ``micro_batch_tokens`` the critic runs the policy's token-budget chunks (trainer/pipeline/token_budget.py:
         the same chunks, weights and ZeRO-3 filler forwards), so its activations respect the same budget."""
-        if trainer.args.micro_batch_tokens is None:
-            parts = [(inputs, 1.0, False)]
-        else:
-            calls, _ = loss_chunks(trainer, inputs)
-            parts = [(chunk, 0.0 if filler else chunk_weights(trainer, inputs, chunk, False)[0], filler)
-                     for chunk, filler in calls]
+        parts = weighted_parts(trainer, inputs)
         totals: dict[str, list[torch.Tensor]] = {}
         for i, (chunk, weight, filler) in enumerate(parts):
             loss, stats = self.loss(trainer, chunk)

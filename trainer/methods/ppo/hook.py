@@ -14,8 +14,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from trainer import trl_contact
-from trainer.methods.ppo.critic import Critic
-from trainer.methods.ppo.stage import HOOK_KEY
+from trainer.methods.ppo.critic import HOOK_KEY, Critic
 from trainer.pipeline.hooks import register_hook
 
 CHECKPOINT_FOLDER = "critic"

@@ -15,10 +15,9 @@ import torch
 
 from trainer.algorithms.gae import explained_variance, gae_advantages, last_token_rewards, masked_mean
 from trainer.config.errors import ConfigError
+from trainer.methods.ppo.critic import HOOK_KEY
 from trainer.pipeline.batch import RolloutBatch
 from trainer.pipeline.stages import StageResult, register_config_check, register_input, register_stage
-
-HOOK_KEY = "ppo_critic"
 
 
 def old_values_input(trainer: Any, output: dict[str, Any], needs: frozenset[str], computed: dict[str, Any]):

@@ -5,9 +5,3 @@
  ;
 - their docs page, docs/ragen.md, and the RAGEN recipes, configs/ragen/.
 """
-
-from trainer.methods.method import Method
-from trainer.methods.reward_variance_stop import hook
-from trainer.methods.reward_variance_stop.fields import RewardVarianceStopFields
-
-METHOD = Method("reward_variance_stop", fields=RewardVarianceStopFields, registers=(hook,))

@@ -5,9 +5,3 @@
   its inputs and its config checks;
 - its docs page, docs/ragen.md, and its recipes, configs/ragen/.
 """
-
-from trainer.methods.method import Method
-from trainer.methods.snr import stage
-from trainer.methods.snr.fields import SNRFilterFields
-
-METHOD = Method("snr", fields=SNRFilterFields, registers=(stage,))

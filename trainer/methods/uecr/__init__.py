@@ -5,14 +5,9 @@ teacher-assisted baselines of its paper, all in this folder:
   ``opd_coef``, ``distilled_rl_kappa``, ``atod_*``), and their checks;
 - ``teacher.py``: loading the frozen teacher and scoring completions under it (chunked float32 head; ZeRO-3 aware);
 - ``hook.py``: the ``teacher`` hook that scores each generation batch for the stages that read it;
+- ``inputs.py``: the teacher's inputs as the stages read them (the ``needs`` set, the per-token gap delta);
 - ``stage.py``: the ``advantage`` stages ``puu`` and ``uecr`` over trainer/algorithms/uecr.py;
 - ``baselines.py``: the ``advantage`` stages ``pg_opd``, ``distilled_rl``, ``atod`` and the ``loss_variant``
   ``naive_hybrid``;
 - its docs page, docs/uecr.md, and its recipes, configs/uecr/.
 """
-
-from trainer.methods.method import Method
-from trainer.methods.uecr import baselines, hook, stage
-from trainer.methods.uecr.fields import TeacherFields
-
-METHOD = Method("uecr", fields=TeacherFields, registers=(baselines, hook, stage))

@@ -24,7 +24,7 @@ from trainer.algorithms.uecr import atod_advantages, atod_lambda, distilled_rl_a
 from trainer.loss.call import LossCall
 from trainer.loss.forward import policy_forward
 from trainer.methods.surrogate import finish, ppo_token_loss, validate_surrogate_variant
-from trainer.methods.uecr.stage import TEACHER, teacher_gap
+from trainer.methods.uecr.inputs import TEACHER, teacher_gap
 from trainer.pipeline.batch import RolloutBatch
 from trainer.pipeline.stages import StageResult, get_stage, register_stage
 

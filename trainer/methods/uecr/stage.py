@@ -19,18 +19,11 @@ from trainer.algorithms.uecr import (
     puu,
     separate_normalization,
     teacher_score,
-    token_gap,
     uecr_advantages,
 )
+from trainer.methods.uecr.inputs import TEACHER, teacher_gap
 from trainer.pipeline.batch import RolloutBatch
 from trainer.pipeline.stages import StageResult, register_stage
-
-TEACHER = frozenset({"teacher"})
-
-
-def teacher_gap(batch: RolloutBatch) -> torch.Tensor:
-    """delta = log pi_T - log pi_old at T = 1 per token (0 outside the loss mask)."""
-    return token_gap(batch.extras["teacher_logps"], batch.extras["old_logps_t1"], batch.mask)
 
 
 def task_rewards(batch: RolloutBatch) -> torch.Tensor:
