@@ -125,8 +125,17 @@ def test_outside_stage_validates_its_own_field_only_when_configured(tmp_path):
 
 
 def test_outside_input_needs_a_registered_name():
-    with pytest.raises(ValueError, match="needs unknown inputs"):
-        stages.register_stage("rollout_filter", "test_outside_unknown_input", needs={"no_such_input"})
+    from trainer.methods import catalog
+    from trainer.methods.method import Method
+
+    name = "test_outside_unknown_input"
+    stages.register_stage("rollout_filter", name, needs={"no_such_input"})(lambda batch, args: StageResult())
+    try:
+        with pytest.raises(ValueError, match=f"stage '{name}' needs unknown inputs \\['no_such_input'\\]"):
+            catalog.add(Method(name, fields=None, registers=()))
+        assert name not in [m.name for m in catalog.methods()]
+    finally:  # the registry is process-wide: leave no stage that every later check would refuse
+        del stages._REGISTRY["rollout_filter"][name]
     with pytest.raises(ValueError, match=f"row input '{INPUT}' is already registered"):
         stages.register_input(INPUT, first_token_rows)
 

@@ -92,8 +92,13 @@ def test_pipeline_rejects_wrong_shapes():
 def test_registry_rejects_unknown_kind_and_needs():
     with pytest.raises(ValueError, match="unknown stage kind"):
         register_stage("rollout_shuffle", "x")
-    with pytest.raises(ValueError, match="unknown inputs"):
-        register_stage("rollout_filter", "x", needs={"teacher_logits"})
+    register_stage("rollout_filter", "test_unknown_needs", needs={"teacher_logits"})(lambda batch, args: StageResult())
+    try:
+        with pytest.raises(ValueError, match="'test_unknown_needs' needs unknown inputs"):
+            stages.check_needs()
+    finally:  # the registry is process-wide
+        del stages._REGISTRY["rollout_filter"]["test_unknown_needs"]
+    stages.check_needs()
 
 
 def cfg(tmp_path, **kw):

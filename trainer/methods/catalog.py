@@ -25,6 +25,7 @@ from trainer.methods.grpodropout.fields import GRPODropoutFields
 from trainer.methods.low_success_stop import hook as low_success_stop_hook
 from trainer.methods.low_success_stop.fields import LowSuccessStopFields
 from trainer.methods.method import Method
+from trainer.pipeline import stages
 from trainer.methods.ppo import hook as ppo_hook
 from trainer.methods.ppo import stage as ppo_stage
 from trainer.methods.ppo.fields import PPOFields
@@ -49,15 +50,17 @@ BUILTIN: tuple[Method, ...] = (
     Method("snr", fields=SNRFilterFields, registers=(snr_stage,)),
     Method("uecr", fields=TeacherFields, registers=(uecr_baselines, uecr_hook, uecr_stage)),
 )
+stages.check_needs()  # every built-in stage's inputs are registered now
 
 _ADDED: list[Method] = []
 
 
 def add(method: Method) -> Method:
     """Add a user's method (its parts already imported, so its stages and hooks are registered); a name already in
-    the catalog is an error."""
+    the catalog, or a stage that needs an input nobody registered, is an error."""
     if any(m.name == method.name for m in methods()):
         raise ValueError(f"a method named {method.name!r} is already in the catalog")
+    stages.check_needs()
     _ADDED.append(method)
     return method
 

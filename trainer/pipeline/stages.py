@@ -171,8 +171,7 @@ def register_stage(
     if kind not in STAGE_KINDS:
         raise ValueError(f"unknown stage kind {kind!r}; expected one of {STAGE_KINDS}")
     if not callable(needs):
-        _check_needs(name, needs)
-        needs = frozenset(needs)
+        needs = frozenset(needs)  # names checked by check_needs, once every stage's module is imported
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         if name in _REGISTRY[kind]:
@@ -202,6 +201,16 @@ def get_stage(kind: str, name: str) -> Stage:
 def configured_stages(args: Any) -> list[Stage]:
     """The stages ``args`` selects, in pipeline order (filter, dropout, advantage, loss variant)."""
     return [get_stage(kind, getattr(args, kind)) for kind in STAGE_KINDS]
+
+
+def check_needs() -> None:
+    """Every registered stage's fixed ``needs`` name a registered input (else ValueError naming the stage). Run once
+    the stages' modules are imported (the catalog runs it, and :func:`trainer.methods.catalog.add`): a stage's module
+    may be imported on its own, before the module that registers the inputs it names, so registering cannot check."""
+    for by_name in _REGISTRY.values():
+        for stage in by_name.values():
+            if not callable(stage.needs):
+                _check_needs(stage.name, stage.needs)
 
 
 def _check_needs(name: str, needs: Any) -> None:
