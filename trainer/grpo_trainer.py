@@ -62,7 +62,6 @@ OVERRIDES = {
     "_prepare_inputs": "seam 1: TRL's generation batch to its Round (trainer/pipeline/round.py), a MicroBatch out",
     "_compute_loss": "seam 2: a MicroBatch's loss with its LossCall (trainer/loss/), chunked under a token budget",
     "_get_per_token_logps_and_entropies": "TRL's no-grad passes over token-budget chunks, and their token counts",
-    "_generate": "timing_s/generation without the weight sync inside it",
     "_generate_single_turn": "max_staleness > 0: the batch's completions from the request sent s batches ahead",
     "_get_output_dir": "the staging folder while a checkpoint is written (atomic checkpoints)",
     "_save_checkpoint": "the stages' and hooks' state in the checkpoint, published by one rename; the args that a "
@@ -244,7 +243,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         buffer = self.generation_buffer
         if buffer.due():
             marks = trained_batch_metrics.metric_marks(trl_contact.metrics(self))
-            output = trl_contact.generate_and_score(self, generation_batch)
+            output = self.generate_and_score(generation_batch)
             generation = self.round_type(self, output, marks, buffer.micro_step)
             buffer.fill(generation)
             generation.run()
@@ -252,6 +251,17 @@ class WinnowGRPOTrainer(GRPOTrainer):
                 self._empty_steps.observe_generation(self, generation.empty, generation.updates)
         self._timer.prepare_seconds += time.perf_counter() - start
         return buffer.current()
+
+    def generate_and_score(self, prompts: list[dict[str, Any]]) -> dict[str, Any]:
+        """TRL's generation and scoring of a batch of prompts (``_generate_and_score_completions``: this rank's batch
+        dict), timed as ``timing_s/generation`` less the phases timed inside it (weight sync, rewards, log-prob
+        passes). With overlapped generation and a ``rollout_func`` the generations in flight finish first: TRL syncs
+        the weights before calling it."""
+        overlap = self.hook("overlap")
+        if overlap is not None and self.rollout_func is not None:
+            overlap.before_generate(self)
+        with self._timer.phase_less_inner("generation"):
+            return trl_contact.generate_and_score(self, prompts)
 
     def _compute_loss(self, model, inputs):
         """The loss seam: the configured loss variant (``none`` = TRL's loss) on this micro-batch with its
@@ -294,19 +304,6 @@ class WinnowGRPOTrainer(GRPOTrainer):
                            compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
         return no_grad_logps(self, forward, self.phase, model, input_ids, attention_mask, logits_to_keep, batch_size,
                              compute_entropy, compute_aux_loss, **kwargs)
-
-    def _generate(self, prompts: list):
-        """TRL's generation (rollout_func included), timed as ``timing_s/generation`` less the weight sync in it."""
-        synced, start = self._timer.seconds.get("weight_sync", 0.0), time.perf_counter()
-        overlap = self.hook("overlap")
-        if overlap is not None and self.model.training and self.rollout_func is not None:
-            overlap.before_generate(self)  # TRL syncs before its rollout_func: nothing may be generating then
-        try:
-            return super()._generate(prompts)
-        finally:
-            if self.model.training:
-                sync = self._timer.seconds.get("weight_sync", 0.0) - synced
-                self._timer.seconds["generation"] += time.perf_counter() - start - sync
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         """TRL's single-turn generation; while training with ``max_staleness`` > 0, the completions of the request

@@ -11,7 +11,7 @@ in its fields (``class MyConfig(MyFields, WinnowConfig)``); docs/design.md, "Add
 from __future__ import annotations
 
 # First: TRL's own stages and the per-row inputs (old policy, teacher) that methods' stages name in `needs`.
-from trainer.pipeline import trl_stages
+from trainer.pipeline import stages, trl_stages
 
 # isort: split
 from trainer.methods.collapse import hook as collapse_hook
@@ -25,7 +25,6 @@ from trainer.methods.grpodropout.fields import GRPODropoutFields
 from trainer.methods.low_success_stop import hook as low_success_stop_hook
 from trainer.methods.low_success_stop.fields import LowSuccessStopFields
 from trainer.methods.method import Method
-from trainer.pipeline import stages
 from trainer.methods.ppo import hook as ppo_hook
 from trainer.methods.ppo import stage as ppo_stage
 from trainer.methods.ppo.fields import PPOFields

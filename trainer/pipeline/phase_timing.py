@@ -1,14 +1,15 @@
 """Where a step goes: per-phase wall time, logged once per optimizer step as ``timing_s/<phase>`` (verl's
 ``timing_s/*``), so a generation-bound run can be told from a trainer-bound one.
 
-Phases are disjoint wall-clock seconds of this process: ``generation`` (TRL's ``_generate``, less the weight sync it
-runs first), ``weight_sync`` (vLLM server weight push), ``reward`` (reward functions), ``old_logps`` / ``ref_logps``
-(the no-grad log-prob passes), ``teacher_scoring``, ``collapse_check``, ``stage_pipeline`` (filter -> dropout ->
-advantage and the batch re-deal), ``loss_fwd_bwd`` (the micro-steps' forward + backward, everything of
-``training_step`` outside the generation phase) and ``optimizer`` (``optimizer.step``). A phase that did not run in
-a step is not logged for it (generation runs once per generation batch). Only transformers' callback hooks and
-the trainer's own override points are used; no CUDA synchronisation is added (on GPU a phase's time is where the
-host waited, as in verl's timers).
+Phases are disjoint wall-clock seconds of this process: ``generation`` (TRL's generation and scoring of a batch,
+``_generate_and_score_completions``, less the phases timed inside it: so the generation request, or the wait for an
+overlapped one, with TRL's tokenising, decoding and padding around it), ``weight_sync`` (vLLM server weight push),
+``reward`` (reward functions), ``old_logps`` / ``ref_logps`` (the no-grad log-prob passes), ``teacher_scoring``,
+``collapse_check``, ``stage_pipeline`` (filter -> dropout -> advantage and the batch re-deal), ``loss_fwd_bwd`` (the
+micro-steps' forward + backward, everything of ``training_step`` outside the generation phase) and ``optimizer``
+(``optimizer.step``). A phase that did not run in a step is not logged for it (generation runs once per generation
+batch). Only transformers' callback hooks and the trainer's own methods are used; no CUDA synchronisation is added
+(on GPU a phase's time is where the host waited, as in verl's timers).
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ class PhaseTimer:
             yield
         finally:
             self.seconds[name] += time.perf_counter() - start
+
+    @contextmanager
+    def phase_less_inner(self, name: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` block, less the phases timed inside it, to ``name``."""
+        start, inner = time.perf_counter(), sum(self.seconds.values())
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start - (sum(self.seconds.values()) - inner)
+            self.seconds[name] += spent
 
     def optimizer_started(self) -> None:
         """Mark the start of ``optimizer.step`` (transformers' pre-optimizer hook)."""

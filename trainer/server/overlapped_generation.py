@@ -144,8 +144,8 @@ class OverlappedGeneration:
         return completion_ids, logprobs
 
     def before_generate(self, trainer: Any) -> None:
-        """Before TRL's ``_generate`` with a ``rollout_func``: it syncs the step's weights before calling it, so the
-        generations in flight (all from older weights) must be done first."""
+        """Before TRL generates with a ``rollout_func`` (``WinnowGRPOTrainer.generate_and_score``): it syncs the
+        step's weights before calling it, so the generations in flight (all from older weights) must be done first."""
         self.queue.wait()
 
     def rollout(self, trainer: Any, prompts: list, play_ahead: Callable[[list], dict[str, Any]],

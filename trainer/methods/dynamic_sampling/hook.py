@@ -104,7 +104,7 @@ class DynamicSampler:
         snapshots = [trained_batch_metrics.table_snapshot(trl_contact.completion_logs(trainer), N)]
 
         def generate(refill):
-            out = trl_contact.generate_and_score(trainer, refill)
+            out = trainer.generate_and_score(refill)
             snapshots.append(trained_batch_metrics.table_snapshot(trl_contact.completion_logs(trainer), N))
             return out
 
