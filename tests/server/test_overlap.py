@@ -3,6 +3,12 @@ generate which batch, the order of syncs and generations, failures, and the in-f
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
 import pytest
 from staleness_emulator import FakeServer, drive, prompts_of
 
@@ -123,3 +129,59 @@ def test_resume_refuses_another_staleness():
     state = queue.state_dict()
     with pytest.raises(ValueError, match="max_staleness 1"):
         make(2, FakeServer()).load_state_dict(state)
+
+
+def test_a_failure_with_a_request_in_flight_does_not_hold_the_process_exit():
+    """The training thread raises while the worker waits on a long request (and another is queued): the process exits
+    at once, not when the request ends. A ThreadPoolExecutor's worker is joined at interpreter exit, so it waited
+    the request out (up to vllm_request_timeout in a run)."""
+    script = textwrap.dedent("""
+        import threading, time
+        from trainer.server.overlap import GenerationQueue
+        started = threading.Event()
+        def generate(request):
+            started.set()
+            time.sleep(120)
+        queue = GenerationQueue(1, generate=generate, sync=lambda version: None)
+        queue.start_batch(0, lambda index: index)  # batches 0 and 1: one running, one queued
+        started.wait(30)
+        raise RuntimeError("the training step failed")
+    """)
+    root = Path(__file__).resolve().parents[2]
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1 and "RuntimeError: the training step failed" in proc.stderr, proc.stderr
+    assert elapsed < 20, f"exit took {elapsed:.1f} s with a 120 s request in flight"
+
+
+def test_a_closed_worker_refuses_new_requests_and_finishes_the_queued_ones():
+    from trainer.server.overlap import DaemonWorker
+
+    worker = DaemonWorker("test-worker")
+    first = worker.submit(lambda: time.sleep(0.2) or "first")
+    second = worker.submit(lambda: "second")
+    failing = worker.submit(lambda: 1 / 0)
+    worker.close()
+    assert first.result(0) == "first" and second.result(0) == "second"
+    assert isinstance(failing.exception(0), ZeroDivisionError)
+    with pytest.raises(RuntimeError, match="closed"):
+        worker.submit(lambda: None)
+    worker.close()  # twice: a no-op
+
+
+def test_a_worker_nobody_closed_ends_its_thread_when_collected():
+    """A run that raised never reaches on_train_end's close: its idle worker thread must not live on (as an unused
+    ThreadPoolExecutor's thread does not)."""
+    import gc
+    import threading
+
+    from trainer.server.overlap import DaemonWorker
+
+    worker = DaemonWorker("test-unclosed-worker")
+    assert worker.submit(lambda: 2 + 2).result(5) == 4
+    thread = next(t for t in threading.enumerate() if t.name == "test-unclosed-worker")
+    del worker
+    gc.collect()
+    thread.join(5)
+    assert not thread.is_alive()

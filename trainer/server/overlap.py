@@ -27,9 +27,11 @@ step moves meanwhile. Why not TRL's trl/experimental/async_grpo: docs/server.md,
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+import weakref
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -40,6 +42,51 @@ def version_for(index: int, staleness: int) -> int:
     if index < 0 or staleness < 0:
         raise ValueError(f"index and staleness must be >= 0, got {index}, {staleness}")
     return max(0, index - staleness)
+
+
+class DaemonWorker:
+    """One daemon thread running the calls submitted to it, in order, each answered through a ``Future``.
+
+    Not ``concurrent.futures.ThreadPoolExecutor``: its threads are joined at interpreter exit, so a process whose
+    training thread raised while a request was in flight could not exit until that request ended (up to
+    ``vllm_request_timeout``). A daemon thread is abandoned at exit instead; what it was running is a server request
+    whose result nobody would read."""
+
+    def __init__(self, name: str):
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        # the thread holds the task queue, not this object: a worker nobody closed (a run that raised) ends its
+        # thread when it is garbage-collected, after the call it is running
+        self._thread = threading.Thread(target=_serve, args=(self._tasks,), name=name, daemon=True)
+        self._thread.start()
+        weakref.finalize(self, self._tasks.put, None)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Queue ``fn(*args)``; its future holds the result or the exception."""
+        if self._closed:
+            raise RuntimeError("the generation worker is closed")
+        future: Future = Future()
+        self._tasks.put((future, fn, args))
+        return future
+
+    def close(self) -> None:
+        """Let the calls queued before finish, then stop the thread."""
+        if not self._closed:
+            self._closed = True
+            self._tasks.put(None)
+        self._thread.join()
+
+
+def _serve(tasks: queue.SimpleQueue) -> None:
+    """The worker thread: run each task until the stop marker (None)."""
+    while (task := tasks.get()) is not None:
+        future, fn, args = task
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 -- the future carries it to the caller
+                future.set_exception(exc)
+        del task, future, fn, args  # an idle thread keeps nothing of the last call alive
 
 
 @dataclass
@@ -76,7 +123,7 @@ class GenerationQueue:
             raise ValueError(f"staleness must be >= 0, got {staleness}")
         self.staleness = staleness
         self._generate, self._sync, self._clock = generate, sync, clock
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="winnow-generation")
+        self._worker = DaemonWorker("winnow-generation")
         self._in_flight: dict[int, tuple[int, Future]] = {}  # index -> (version, future of Generated)
         self._done: dict[int, Generated] = {}  # restored from a checkpoint, taken before anything in flight
         # the weights on the server: version 0 are the initial ones; -1 = unknown (the first publish syncs)
@@ -201,7 +248,7 @@ class GenerationQueue:
 
     def close(self) -> None:
         """Wait for the worker and stop it (requests in flight finish; nothing new starts)."""
-        self._worker.shutdown(wait=True)
+        self._worker.close()
 
     def _run(self, index: int, version: int, request: Any) -> Generated:
         started = self._clock()
