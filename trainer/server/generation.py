@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable, ContextManager
 
+import torch
 from accelerate.utils import broadcast_object_list
 from trl.generation.vllm_generation import VLLMGeneration
 
@@ -91,18 +93,30 @@ def generation_backend_class(args: Any, kind: str | None, observer: SyncObserver
 
 
 def raise_on_every_rank(accelerator: Any, failure: BaseException | None, base_url: str, what: str,
-                        payload: Any = None) -> Any:
+                        payload: Any = None, group: Any = None) -> Any:
     """Only the main process talks to the server: share its failure (or ``payload``) with every rank. The main
     process re-raises its own exception; the others raise a GenerationServerError "``what`` (<the failure>)"
-    instead of waiting in the next collective. Returns the main process's ``payload`` on every rank."""
+    instead of waiting in the next collective. Returns the main process's ``payload`` on every rank. ``group``: a
+    process group to share it over (a CPU group with its own timeout, :func:`wait_group`) instead of the default."""
     shared = [None if failure is None else f"{type(failure).__name__}: {failure}", payload]
-    if accelerator.num_processes > 1:
+    if accelerator.num_processes > 1 and group is not None:
+        torch.distributed.broadcast_object_list(shared, src=0, group=group)
+    elif accelerator.num_processes > 1:
         broadcast_object_list(shared, from_process=0)
     if failure is not None:
         raise failure
     if shared[0] is not None:
         raise GenerationServerError(base_url, f"{what} ({shared[0]})")
     return shared[1]
+
+
+def wait_group(accelerator: Any, timeout_s: float) -> Any:
+    """A gloo (CPU) process group of every rank, its collectives bounded by ``timeout_s`` (collective to create;
+    None with one process). The other ranks wait there while the main process waits for the server, instead of in an
+    NCCL collective, whose watchdog would end the job at ``ddp_timeout`` with no word of the server."""
+    if accelerator.num_processes == 1:
+        return None
+    return torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
 @contextmanager

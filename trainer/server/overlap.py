@@ -194,6 +194,11 @@ class GenerationQueue:
             future.exception()
         self._stats.sync_wait_s += self._clock() - start
 
+    def failure(self, index: int) -> BaseException | None:
+        """Batch ``index``'s request failure (waiting for it), or None (done, or not in flight)."""
+        entry = self._in_flight.get(index)
+        return None if entry is None else entry[1].exception()
+
     def take(self, index: int) -> Generated:
         """Batch ``index``'s result, waiting for it when needed (the wait is ``generation_wait_s``); a failed
         request raises its exception here."""

@@ -26,12 +26,14 @@ import os
 from typing import Any, Callable
 
 import torch
-from accelerate.utils import broadcast_object_list, gather_object
+from accelerate.utils import gather_object
 from transformers import TrainerCallback
 
 from trainer import trl_contact
 from trainer.config.errors import ConfigError
+from trainer.config.server import server_url
 from trainer.pipeline.hooks import register_hook
+from trainer.server.generation import raise_on_every_rank, wait_group
 from trainer.server.overlap import GenerationQueue
 
 CHECKPOINT_FILE = "winnow_overlap.pt"
@@ -98,6 +100,10 @@ class OverlappedGeneration:
         # the server may hold any weights when training starts: version 0 (the initial policy) is synced first. A
         # request is what the main process runs on the worker (a call); the other ranks run nothing
         self.queue = GenerationQueue(self.staleness, _call if self.main else _nothing, self._sync, server_version=-1)
+        # while the main process waits for the server, the other ranks wait here (CPU, bounded by the schedule), not
+        # in the weight sync's or the broadcast's NCCL collectives
+        self._wait_group = wait_group(trainer.accelerator, wait_bound_s(trainer))
+        self._base_url = server_url(trainer.args)
 
     # --- what the trainer calls ------------------------------------------------------------------------------
 
@@ -124,10 +130,28 @@ class OverlappedGeneration:
     def _take(self, trainer: Any, k: int, request_of: Callable[[int], Any]) -> Any:
         """Batch ``k``'s result on every rank, after the protocol's start of the batch (``request_of(j)``: batch
         ``j``'s request, for the batches it sends), and its staleness and waits logged."""
+        self._settle(trainer, k)
         self.queue.start_batch(k, request_of)
-        generated = self.queue.take(k)
+        failure, generated = None, None
+        try:
+            generated = self.queue.take(k)
+        except Exception as exc:  # noqa: BLE001 -- raised on every rank just below
+            failure = exc
+        output = raise_on_every_rank(trainer.accelerator, failure, self._base_url, f"generation batch {k}",
+                                     payload=generated.output if self.main else None, group=self._wait_group)
         self._log(trainer, k, generated.version)
-        return self._broadcast(generated.output)
+        return output
+
+    def _settle(self, trainer: Any, k: int) -> None:
+        """Every rank learns whether batch ``k``'s request failed before the batch's first collective (the weight
+        sync): the main process waits for the requests in flight, the others on the wait group; a failure is raised
+        on every rank (the main process raises its own)."""
+        failure = None
+        if self.main:
+            self.queue.wait()
+            failure = self.queue.failure(k)
+        raise_on_every_rank(trainer.accelerator, failure, self._base_url, f"generation batch {k}",
+                            group=self._wait_group)
 
     def _slice(self, trainer: Any, k: int, output: tuple, prompt_ids: list[list[int]], num_generations: int):
         """This rank's rows of one round's answer (every rank's), checked against the prompts the loop handed over."""
@@ -146,7 +170,7 @@ class OverlappedGeneration:
     def before_generate(self, trainer: Any) -> None:
         """Before TRL generates with a ``rollout_func`` (``WinnowGRPOTrainer.generate_and_score``): it syncs the
         step's weights before calling it, so the generations in flight (all from older weights) must be done first."""
-        self.queue.wait()
+        self._settle(trainer, _batch_index(trainer))
 
     def rollout(self, trainer: Any, prompts: list, play_ahead: Callable[[list], dict[str, Any]],
                 finish: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
@@ -229,13 +253,6 @@ class OverlappedGeneration:
     def _gather(self, rows: list) -> list:
         return gather_object(rows) if self.trainer.accelerator.num_processes > 1 else list(rows)
 
-    def _broadcast(self, output: Any) -> Any:
-        """The main process's result of a batch, on every rank."""
-        payload = [output]
-        if self.trainer.accelerator.num_processes > 1:
-            broadcast_object_list(payload, from_process=0)
-        return payload[0]
-
     def _post(self, request: dict[str, Any]) -> tuple:
         """The main process's request, on the queue's worker: TRL's client and sampling settings."""
         backend = trl_contact.vllm_generation(self.trainer)
@@ -294,6 +311,17 @@ def sampling_params(backend: Any, n: int) -> dict[str, Any]:
         "structured_outputs_regex": backend.structured_outputs_regex,
         "generation_kwargs": backend.generation_kwargs,
     }
+
+
+def wait_bound_s(trainer: Any) -> float:
+    """The longest the main process may wait for the server at a batch start, so the other ranks' wait: the
+    ``s + 1`` requests that can be in flight, each of its POSTs (DAPO's refill rounds, or one per turn of multi-turn
+    episodes) bounded by ``vllm_request_timeout``, and a minute for the rest."""
+    args = trainer.args
+    posts = args.max_num_gen_batches if args.dynamic_sampling else 1
+    if trainer.rollout_func is not None:  # winnow's multi-turn rollout (the only one overlap composes with)
+        posts *= trainer.rollout_func.settings.max_turns
+    return (args.max_staleness + 1) * posts * args.vllm_request_timeout + 60.0
 
 
 def _batch_index(trainer: Any) -> int:
