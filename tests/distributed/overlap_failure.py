@@ -36,15 +36,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     out = parser.parse_args().out
-    state = PartialState()
+    args = WinnowConfig(output_dir=str(out / "run"), **{
+        **BASE_ARGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_timeout": 30,
+        "vllm_request_timeout": 60, "weight_sync": "disk", "vllm_importance_sampling_correction": False,
+        "max_steps": 4, "max_staleness": 1, "ddp_timeout": DDP_TIMEOUT_S})
+    state = PartialState()  # after the config, which starts the process group (before it, each rank is alone)
+    assert state.num_processes == 2, state
     server = EmulatedVLLM(generation_s=0.05, fail_from=2).start() if state.is_main_process else None
     url = [server.url if server is not None else None]
     broadcast_object_list(url, from_process=0)
-    args = WinnowConfig(output_dir=str(out / "run"), **{
-        **BASE_ARGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": url[0],
-        "vllm_server_timeout": 30, "vllm_request_timeout": 60, "weight_sync": "disk",
-        "vllm_importance_sampling_correction": False, "max_steps": 4, "max_staleness": 1,
-        "ddp_timeout": DDP_TIMEOUT_S})
+    args.vllm_server_base_url = url[0]
     trainer = WinnowGRPOTrainer(model=tiny_model_path(), reward_funcs=[reward_token_parity], args=args,
                                 train_dataset=prompt_dataset(64))
     record = {"rank": state.process_index, "error": None}
