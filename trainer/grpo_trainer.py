@@ -3,11 +3,11 @@
 Data flow of one generation batch (docs/design.md, "The two seams"): TRL generates and scores; this class gathers the
 batch from every process into a :class:`RolloutBatch` and runs filter -> dropout -> advantage on it (every rank
 computes the same decision). ``_prepare_inputs`` deals the decision once (trainer/pipeline/dealing.py): the kept
-rollouts re-dealt over ranks (trainer/pipeline/compaction.py) or, with ``compact_batch=False``, each rank's own rows
+rollouts re-dealt over ranks (trainer/pipeline/dealing.py) or, with ``compact_batch=False``, each rank's own rows
 with dropped rollouts masked -- out of the loss *and* its normaliser either way -- then split as TRL splits a batch and
-the kept rows placed on their optimizer steps, into winnow's own buffer (trainer/pipeline/generation_buffer.py).
-Empty optimizer steps are skipped (trainer/guards/empty_steps.py); the methods that are not stages act through the
-hooks they register (trainer/pipeline/hooks.py), and the loss is computed at one seam with its differences from TRL's
+the kept rows placed on their optimizer steps, into winnow's own buffer (trainer/pipeline/round.py).
+Empty optimizer steps are skipped (trainer/guards/step_skip.py); the methods that are not stages act through the
+hooks they register (trainer/pipeline/stages.py), and the loss is computed at one seam with its differences from TRL's
 as arguments (trainer/loss/). No formula and no method lives here.
 """
 from __future__ import annotations
@@ -30,17 +30,21 @@ from trainer.algorithms.normalisers import ROW_NORMALISED
 from trainer.config.core import THINK_PREFILL, ConfigError, WinnowConfig, as_winnow_config, pickled_redacted
 from trainer.config.server import server_url
 from trainer.guards import atomic_checkpoint, generation_resume
-from trainer.guards.empty_steps import EmptyStepGuard, EmptyStepStopCallback
-from trainer.guards.numerics import NonFiniteGuard, NonFiniteStepCallback
 from trainer.guards.rewards import RewardGuard
 from trainer.guards.startup_checks import check_before_load, cuda_usable, weight_sync_kind
-from trainer.guards.step_skip import OptimizerStepSkip, StepSkipCallback
+from trainer.guards.step_skip import (
+    EmptyStepGuard,
+    EmptyStepStopCallback,
+    NonFiniteGuard,
+    NonFiniteStepCallback,
+    OptimizerStepSkip,
+    StepSkipCallback,
+)
 from trainer.loss.call import LossCall
-from trainer.pipeline import hooks, stages, token_budget, trained_batch_metrics
-from trainer.pipeline.gathered import GatheredRows
-from trainer.pipeline.generation_buffer import GenerationBuffer
-from trainer.pipeline.phase_timing import PhaseTimer, PhaseTimingCallback
-from trainer.pipeline.round import MicroBatch, Round, RoundParts
+from trainer.pipeline import stages, step_logs, token_budget
+from trainer.pipeline.batch import GatheredRows
+from trainer.pipeline.round import GenerationBuffer, MicroBatch, Round, RoundParts
+from trainer.pipeline.step_logs import PhaseTimer, PhaseTimingCallback
 from trainer.pipeline.token_budget import no_grad_logps
 from trainer.rollout.prefill import prefill_ids, with_prefill
 from trainer.server import overlapped_generation  # noqa: F401  (registers hook: overlap)
@@ -98,7 +102,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if sync in ("disk", "lora") and not args.weight_sync_dir:
             args.weight_sync_dir = os.path.join(args.output_dir, "weight_sync")
         self._reward_guard = RewardGuard()
-        self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/pipeline/phase_timing.py)
+        self._timer = PhaseTimer()  # timing_s/<phase> once per optimizer step (trainer/pipeline/step_logs.py)
         # winnow's subclass of TRL's generation backend: syncs timed and logged; disk/lora: our sync and no NCCL
         # group (trainer/server/generation.py)
         self.sync_observer = SyncObserver(timed=lambda: self._timer.phase("weight_sync"),
@@ -126,8 +130,8 @@ class WinnowGRPOTrainer(GRPOTrainer):
         if self._empty_steps is not None or self._numerics is not None:
             self.add_callback(StepSkipCallback(self, self.step_skip))
         # The methods that are not stages (DAPO's dynamic sampling, RAGEN's collapse probe and stops, the frozen
-        # teacher), each built by the hook it registered (trainer/pipeline/hooks.py): this class names none of them.
-        self._hooks = hooks.build_hooks(self, args)  # each names its points; a misspelt one fails here
+        # teacher), each built by the hook it registered (trainer/pipeline/stages.py): this class names none of them.
+        self._hooks = stages.build_hooks(self, args)  # each names its points; a misspelt one fails here
         # Each configured stage's own state (Stage.state), handed to it as batch.stage_state[key].
         configured = stages.configured_stages(args)
         stage_states = {s.state_key: s.state(args) for s in configured if s.state is not None}
@@ -177,7 +181,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
             return with_prefill(completions, THINK_PREFILL)
         return completions
 
-    # --- what the method hooks use (trainer/pipeline/hooks.py) ---------------------------------------------
+    # --- what the method hooks use (trainer/pipeline/stages.py) ---------------------------------------------
 
     def hook(self, key: str) -> Any | None:
         """The object the method hook ``key`` built for this run, or None when the config does not turn it on."""
@@ -212,7 +216,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _training_step(self, model, inputs, num_items_in_batch):
         """TRL's training step; when stages can remove rollouts, the micro-batch is taken first (generating when due)
         and counted by the empty-step guard, and one whose optimizer step holds no kept rollout on any rank
-        (``MicroBatch.trains`` False, trainer/pipeline/step_dealing.py) runs no forward and no backward at all --
+        (``MicroBatch.trains`` False, trainer/algorithms/deal_plan.py) runs no forward and no backward at all --
         every rank skips together, the decision being global -- and the optimizer step is skipped. Under DeepSpeed
         (whose step is inside backward) and an fp16 GradScaler (whose step needs gradients to check for inf) their
         zero-weight rows run as TRL's step."""
@@ -242,7 +246,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         buffer = self.generation_buffer
         if buffer.due():
-            marks = trained_batch_metrics.metric_marks(trl_contact.metrics(self))
+            marks = step_logs.metric_marks(trl_contact.metrics(self))
             output = self.generate_and_score(generation_batch)
             generation = self.round_type(self, output, marks, buffer.micro_step)
             buffer.fill(generation)
@@ -281,7 +285,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _loss_call(self, inputs: dict[str, Any]) -> LossCall:
         """What this micro-batch's loss differs from TRL's by. The row scale: batch compaction's ``N / N_kept``
         (``MicroBatch.row_scale``: TRL divides grpo/sapo/dr_grpo/luspo losses by the micro-batch's rows, so training on
-        the kept rollouts alone would multiply the loss by it; trainer/pipeline/compaction.py), times
+        the kept rollouts alone would multiply the loss by it; trainer/pipeline/dealing.py), times
         ``max_completion_length`` under ``dr_grpo_token_sum`` (verl's seq-mean-token-sum is TRL's dr_grpo without its
         division by that constant); token-normalised losses need none (the mask re-weights alone). The entropy
         bonus aggregated like the policy term: RAGEN's (verl's), ``entropy_aggregation: loss_type``

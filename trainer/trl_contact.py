@@ -121,7 +121,7 @@ def split_generation_batch(batch: dict[str, Any], steps_per_generation: int) -> 
     ``_prepare_inputs`` does it (trl==1.16.0:trl/trainer/grpo_trainer.py:1541-1545): pixel values split by image
     grid, the rows shuffled with the global torch RNG (the same draw as TRL's, so a run with every stage off takes
     TRL's micro-batches), split, and pixel values joined again per micro-batch. The order TRL's buffer is filled in,
-    without its buffer (trainer/pipeline/generation_buffer.py owns that)."""
+    without its buffer (trainer/pipeline/round.py owns that)."""
     from trl.trainer.utils import (  # heavy: this module is imported where no trainer is (preflight)
         shuffle_sequence_dict,
         split_pixel_values_by_grid,

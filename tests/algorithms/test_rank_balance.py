@@ -1,4 +1,5 @@
-"""Token balancing across processes (trainer/pipeline/rank_balance.py), checked against brute force and round-robin."""
+"""Token balancing across processes (trainer/algorithms/rank_balance.py), checked against brute force and
+round-robin."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 
 import pytest
 
-from trainer.pipeline.rank_balance import balanced_shares, round_robin_counts
+from trainer.algorithms.rank_balance import balanced_shares, round_robin_counts
 
 
 def _totals(costs, shares):

@@ -17,9 +17,8 @@ import pytest
 import yaml
 from harness import BASE_ARGS, TRAIN_CLI_RECIPE
 
-from trainer.algorithms import dropout, grpo, snr_filter, uecr
+from trainer.algorithms import deal_plan, dropout, grpo, snr_filter, uecr
 from trainer.config.core import ConfigError, WinnowConfig, option_fields
-from trainer.pipeline import step_dealing
 from trainer.recipe import TaskArguments, parse_recipe, recipe_parser
 
 pytestmark = pytest.mark.unit
@@ -72,7 +71,7 @@ DERIVED = {
     "snr_top_p_mode": snr_filter.TOP_P_MODES,
     "snr_keep": snr_filter.KEEP_MODES,
     "snr_loss_scaling": snr_filter.LOSS_SCALING,
-    "filtered_updates": step_dealing.FILTERED_UPDATES,
+    "filtered_updates": deal_plan.FILTERED_UPDATES,
     "uecr_direction": uecr.DIRECTIONS,
     "uecr_confidence": uecr.CONFIDENCES,
     "uecr_projection_norm": uecr.PROJECTION_NORMS,

@@ -104,7 +104,7 @@ TAIL_LOSSES = {
     "dapo": dict(loss_type="dapo"),
 }
 # "budget_*" keep the round-robin deal (balance_rank_tokens off), so the ranks' chunk counts differ; "balanced_*" deal
-# the rows so each rank holds about as many tokens (trainer/pipeline/rank_balance.py), also when nothing is removed.
+# the rows so each rank holds about as many tokens (trainer/algorithms/rank_balance.py), also when nothing is removed.
 BUDGET = dict(micro_batch_tokens=BUDGET_TOKENS, balance_rank_tokens=False)
 BUDGET_SCENARIOS = {
     f"{kind}_{name}": ({**TAIL, **loss, **(BUDGET if kind == "budget" else {})}, 2)

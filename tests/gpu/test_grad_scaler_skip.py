@@ -23,8 +23,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.optimizer import AcceleratedOptimizer
 
-from trainer.guards.numerics import NonFiniteGuard
-from trainer.guards.step_skip import OptimizerStepSkip
+from trainer.guards.step_skip import NonFiniteGuard, OptimizerStepSkip
 
 STEPS = ("overflow", "finite", "finite")
 

@@ -1,6 +1,6 @@
 """No NaN reaches the weights (issue "Reliability", numerics).
 
-1. The guard (trainer/guards/numerics.py): a step whose loss -- or, with a finite loss, whose gradient -- is
+1. The guard (trainer/guards/step_skip.py): a step whose loss -- or, with a finite loss, whose gradient -- is
    not finite is skipped: weights, Adam's moments and the LR schedule are unchanged, a warning names the step,
    and training goes on with normal updates.
 2. The stages on hostile-but-legal batches (unscorable groups, zero-variance groups, single-token completions,
@@ -72,7 +72,7 @@ def test_nonfinite_loss_skips_the_step(tmp_path, caplog, monkeypatch):
         return loss * float("nan") if len(calls) == 2 else loss
 
     monkeypatch.setattr(trl_contact, "trl_loss", poisoned)
-    with caplog.at_level(logging.WARNING, logger="trainer.guards.numerics"):
+    with caplog.at_level(logging.WARNING, logger="trainer.guards.step_skip"):
         trainer.train()
     _assert_step_two_skipped(trainer, snaps, caplog, "non-finite loss")
 
@@ -89,7 +89,7 @@ def test_nonfinite_gradient_with_a_finite_loss_skips_the_step(tmp_path, caplog):
         return grad * float("nan") if state["backwards"] == 2 else grad
 
     param.register_hook(poison)
-    with caplog.at_level(logging.WARNING, logger="trainer.guards.numerics"):
+    with caplog.at_level(logging.WARNING, logger="trainer.guards.step_skip"):
         trainer.train()
     _assert_step_two_skipped(trainer, snaps, caplog, "non-finite gradient")
 

@@ -11,7 +11,7 @@ import pytest
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_token_parity
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
-from trainer.pipeline import hooks
+from trainer.pipeline import stages
 
 KEY = "test_outside_batch_log"
 
@@ -49,7 +49,7 @@ class BatchLog:
         self.kept = list(state["kept"])
 
 
-@hooks.register_hook(KEY, enabled=lambda args: getattr(args, "log_batches", False),
+@stages.register_hook(KEY, enabled=lambda args: getattr(args, "log_batches", False),
                      points=("after_generation", "before_pipeline", "after_decision"))
 def build_batch_log(trainer) -> BatchLog:
     return BatchLog(trainer)
@@ -82,7 +82,7 @@ def test_an_outside_hook_runs_at_its_points_and_is_checkpointed(tiny_model, tmp_
 
 def test_a_hook_key_is_registered_once():
     with pytest.raises(ValueError, match=f"hook '{KEY}' is already registered"):
-        hooks.register_hook(KEY, enabled=lambda args: False)(build_batch_log)
+        stages.register_hook(KEY, enabled=lambda args: False)(build_batch_log)
 
 
 class Misspelt(BatchLog):
@@ -94,9 +94,9 @@ class Misspelt(BatchLog):
 
 MISSPELT = "test_outside_misspelt_point"
 UNNAMED = "test_outside_unnamed_point"
-hooks.register_hook(MISSPELT, enabled=lambda args: getattr(args, "log_batches", False) == "misspelt",
+stages.register_hook(MISSPELT, enabled=lambda args: getattr(args, "log_batches", False) == "misspelt",
                     points=("after_generation", "before_pipeline", "after_decison"))(Misspelt)
-hooks.register_hook(UNNAMED, enabled=lambda args: getattr(args, "log_batches", False) == "unnamed",
+stages.register_hook(UNNAMED, enabled=lambda args: getattr(args, "log_batches", False) == "unnamed",
                     points=("after_generation", "before_pipeline"))(BatchLog)
 
 

@@ -1,4 +1,4 @@
-"""One gather per key of a generation batch (trainer/pipeline/gathered.py): the stages' batch, compaction and the
+"""One gather per key of a generation batch (trainer/pipeline/batch.py): the stages' batch, compaction and the
 other readers share one GatheredRows, so a key crosses the processes once; what they read equals each key's own
 gather, padded as TRL pads it. Two processes played by threads, ranks of different widths."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from thread_world import ThreadWorld
 
-from trainer.pipeline.compaction import compact, row_keys
-from trainer.pipeline.gathered import GatheredRows, gather_key
+from trainer.pipeline.batch import GatheredRows, gather_key
+from trainer.pipeline.dealing import compact, row_keys
 
 PAD = 7
 WORLD, B = 2, 4

@@ -1,4 +1,4 @@
-"""winnow's generation buffer (trainer/pipeline/generation_buffer.py): when a batch is due, which micro-batch each
+"""winnow's generation buffer (trainer/pipeline/round.py): when a batch is due, which micro-batch each
 micro-step takes, and, through the real trainer, that TRL's own buffer is never filled -- the micro-batches trained
 come from winnow's buffer and its counter, which ends a run at global_step x gradient_accumulation_steps as TRL's
 counter would."""
@@ -9,7 +9,7 @@ import pytest
 from harness import BASE_ARGS, deterministic_rollout_func, prompt_dataset, reward_length, reward_token_parity
 
 from trainer import WinnowConfig, WinnowGRPOTrainer
-from trainer.pipeline.generation_buffer import GenerationBuffer
+from trainer.pipeline.round import GenerationBuffer
 
 
 class Dealt:

@@ -1,5 +1,5 @@
-"""Optimizer steps of a generation batch after stages removed rollouts (trainer/pipeline/step_dealing.py and
-trainer/guards/empty_steps.py), with several optimizer steps per generation batch (steps_per_generation >
+"""Optimizer steps of a generation batch after stages removed rollouts (trainer/algorithms/deal_plan.py and
+trainer/guards/step_skip.py), with several optimizer steps per generation batch (steps_per_generation >
 gradient_accumulation_steps):
 
 - fixed: the i-th kept rollout trains in step i mod U, so a step is empty only when the batch kept fewer
@@ -35,7 +35,7 @@ from harness import (
 )
 
 from trainer import ConfigError, StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage
-from trainer.pipeline.step_dealing import FIXED, PROPORTIONAL, DealPlan, compacted_micro_rows
+from trainer.algorithms.deal_plan import FIXED, PROPORTIONAL, DealPlan, compacted_micro_rows
 
 KEEP_ROWS: list[int] = []  # global rows the test dropout keeps (set per test)
 

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 from trl import GRPOConfig
 from trl.trainer.utils import get_config_model_id
 
+from trainer.algorithms.deal_plan import VERL_MINIBATCH, WHOLE_STEPS, FilteredUpdates
 from trainer.algorithms.grpo import StdKind
 from trainer.algorithms.normalisers import ROW_NORMALISED
 from trainer.config import redaction
@@ -25,7 +26,6 @@ from trainer.config.errors import ConfigError
 from trainer.config.server import ServerFields, validate_server_fields
 from trainer.methods import catalog
 from trainer.pipeline import stages
-from trainer.pipeline.step_dealing import VERL_MINIBATCH, WHOLE_STEPS, FilteredUpdates
 
 THINK_PREFILL = "<think>"  # RAGEN's generation-prompt suffix with enable_think (ctx_manager.py:1260-1261)
 # id(args) -> the redacted copy to pickle in its place, set only inside pickled_redacted (see there)
@@ -94,7 +94,7 @@ class WinnowConfig(ServerFields, *catalog.field_mixins(), GRPOConfig):  # each m
         metadata={
             "help": "Remove rollouts the stages dropped from the training batch (kept rows re-dealt evenly over "
             "processes and micro-steps, topped up with zero-weight rows) instead of masking them, so they cost no "
-            "forward/backward; the loss is the masked one (trainer/pipeline/compaction.py). A generation batch with "
+            "forward/backward; the loss is the masked one (trainer/pipeline/dealing.py). A generation batch with "
             "nothing kept runs no forward/backward at all outside DeepSpeed. False keeps them masked."
         },
     )
@@ -140,7 +140,7 @@ class WinnowConfig(ServerFields, *catalog.field_mixins(), GRPOConfig):  # each m
             "'verl_minibatch' (verl's dp_actor update_policy, as the GRPODropout authors ran it): the same "
             "ceil(kept / that) updates, but each divided by the full mini-batch's rollouts, so a partial last "
             "update takes a proportionally smaller step (row-normalised loss types grpo / sapo / dr_grpo / luspo "
-            "only). Logged as stages/optimizer_steps (trainer/pipeline/step_dealing.py)."
+            "only). Logged as stages/optimizer_steps (trainer/algorithms/deal_plan.py)."
         },
     )
 
@@ -160,7 +160,7 @@ class WinnowConfig(ServerFields, *catalog.field_mixins(), GRPOConfig):  # each m
         default=True,
         metadata={
             "help": "Skip (and log) an optimizer step whose loss or gradient is NaN/inf instead of applying it: "
-            "weights, optimizer state and LR schedule stay unchanged (trainer/guards/numerics.py). Costs one scalar "
+            "weights, optimizer state and LR schedule stay unchanged (trainer/guards/step_skip.py). Costs one scalar "
             "all-reduce per micro-batch; False = TRL's behaviour."
         },
     )
@@ -215,7 +215,7 @@ class WinnowConfig(ServerFields, *catalog.field_mixins(), GRPOConfig):  # each m
             "help": "With micro_batch_tokens on several processes (and compact_batch): deal each generation batch's "
             "rows so every process holds about as many tokens (same row counts; verl's balance_batch), so no process "
             "waits at the gradient all-reduce for the one holding the longest rows "
-            "(trainer/pipeline/rank_balance.py). The update is unchanged for every loss_type except bnpo and TRL's "
+            "(trainer/algorithms/rank_balance.py). The update is unchanged for every loss_type except bnpo and TRL's "
             "entropy-bonus mean, which normalise by each process's own tokens. Logged as tokens/rank_max and "
             "tokens/rank_min. False = round-robin deal."
         },

@@ -2,7 +2,7 @@
 
 The trainer generates a new batch when its micro-step counter is a multiple of steps_per_generation x
 num_iterations (S x mu), and keeps the batch, shuffled and split into S micro-batches, only in memory
-(trainer/pipeline/generation_buffer.py, as TRL 1.16 does with its ``_step`` and ``_buffered_inputs``:
+(trainer/pipeline/round.py, as TRL 1.16 does with its ``_step`` and ``_buffered_inputs``:
 trl==1.16.0:trl/trainer/grpo_trainer.py:948-951, 1513, 1538-1546). On resume HF Trainer skips global_step x A
 micro-batches of the dataloader (transformers==5.24.0:trainer.py:1706-1709, 1851-1854); a counter started at 0 again
 with an empty buffer would, from a checkpoint inside a generation batch (global_step x A not a multiple of S x mu),

@@ -1,6 +1,6 @@
 """Methods, one folder each (``trainer/methods/<method>/``): its config fields (``fields.py``, a mixin of
 ``WinnowConfig``), its stage (a thin adapter from a RolloutBatch to the pure functions in trainer/algorithms/) or hook
-(for methods that need more of the run: trainer/pipeline/hooks.py), its config checks, and a docstring naming its docs
+(for methods that need more of the run: trainer/pipeline/stages.py), its config checks, and a docstring naming its docs
 page and recipes (its ``__init__.py``, only a docstring). ``surrogate.py`` is what the surrogate-replacing loss
 variants share.
 

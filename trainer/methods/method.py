@@ -5,7 +5,7 @@ A method is one folder, ``trainer/methods/<name>/`` (or a package of a user's), 
     Method("grpodropout", fields=GRPODropoutFields, registers=(grpodropout_stage,))
 
 Importing the parts registers the method's stages, inputs, hooks and config checks (trainer/pipeline/stages.py,
-trainer/pipeline/hooks.py); the catalog (trainer/methods/catalog.py) holds the built-in methods' lines, and that one
+trainer/pipeline/stages.py); the catalog (trainer/methods/catalog.py) holds the built-in methods' lines, and that one
 list makes both ``WinnowConfig``'s fields and the registrations. A user's method builds its line in its own package
 and hands it to ``catalog.add``.
 """

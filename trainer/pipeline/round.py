@@ -6,7 +6,7 @@ object owns it:
 
 1. the method hooks that act on the batch as generated (``after_generation``: DAPO's refills; ``before_pipeline``:
    RAGEN's collapse probe);
-2. one :class:`~trainer.pipeline.gathered.GatheredRows` over every process, so each key of TRL's dict crosses the
+2. one :class:`~trainer.pipeline.batch.GatheredRows` over every process, so each key of TRL's dict crosses the
    processes once, however many readers it has (the stages' view, compaction, the collapse probe, DAPO's relog);
 3. the stages' typed view (:class:`~trainer.pipeline.batch.RolloutBatch`) and their one
    :class:`~trainer.pipeline.stages.Decision`, with this rank's advantages written back and the ``after_decision``
@@ -17,8 +17,17 @@ object owns it:
    attributes (its row scale, whether its optimizer step trains, its loss tokens over every process), so the loss
    seam reads no private key of a dict.
 
-The trainer's generation buffer (trainer/pipeline/generation_buffer.py) holds the round being trained; nothing of it
-is kept on the trainer. Collective: every rank builds its round at the same micro-step and runs the same code.
+Collective: every rank builds its round at the same micro-step and runs the same code.
+
+The trainer's :class:`GenerationBuffer` holds the round being trained and the micro-step counter that picks its
+micro-batch; nothing of the round is kept on the trainer. TRL 1.16 keeps both as privates of its trainer
+(``_buffered_inputs``, ``_step``; trl==1.16.0: trl/trainer/grpo_trainer.py:948-951, 1513, 1538-1546) and fills them
+inside its ``_prepare_inputs``. winnow re-deals a batch's rows over its optimizer steps after the split
+(trainer/algorithms/deal_plan.py), skips micro-batches that train nothing, and checkpoints the batch for an exact
+resume (trainer/guards/generation_resume.py); done on TRL's privates, each of those wrote TRL's state from outside.
+This object owns them instead: the trainer's ``_prepare_inputs`` asks TRL for a generation batch when
+:meth:`GenerationBuffer.due`, :meth:`fill`\\s the buffer with the batch's round, which deals it, and its
+``training_step`` calls :meth:`advance` after every micro-step, trained or skipped.
 """
 
 from __future__ import annotations
@@ -30,13 +39,11 @@ from typing import Any
 import torch
 
 from trainer import trl_contact
-from trainer.pipeline import stages, token_budget, trained_batch_metrics
-from trainer.pipeline.batch import RolloutBatch
-from trainer.pipeline.dealing import DealSettings, deal
-from trainer.pipeline.gathered import GatheredRows, gather_padded
-from trainer.pipeline.hooks import BuiltHooks
-from trainer.pipeline.phase_timing import PhaseTimer
-from trainer.pipeline.step_dealing import KEPT_KEY
+from trainer.pipeline import stages, step_logs, token_budget
+from trainer.pipeline.batch import GatheredRows, RolloutBatch, gather_padded
+from trainer.pipeline.dealing import KEPT_KEY, DealSettings, deal, loss_tokens
+from trainer.pipeline.stages import BuiltHooks
+from trainer.pipeline.step_logs import PhaseTimer
 
 # The dealing's per-micro-batch facts, as the dealing writes them into its dicts (and a mid-batch checkpoint stores
 # them: trainer/guards/generation_resume.py); a MicroBatch carries them as attributes instead.
@@ -49,10 +56,10 @@ class MicroBatch(dict):
     variants), so TRL's own loss takes it as it is, with winnow's facts as attributes:
 
     - ``row_scale``: the row-normalised losses' scale of a thinned batch (compaction's ``N/K * B'/B``, or a
-      ``filtered_updates`` mini-batch's; trainer/pipeline/compaction.py, step_dealing.py), or None;
+      ``filtered_updates`` mini-batch's; trainer/pipeline/dealing.py), or None;
     - ``trains``: False when its whole optimizer step holds no kept row on any rank (it then runs no forward);
     - ``step_tokens``: its loss tokens summed over every process (counted only when stages can remove rollouts:
-      the empty-step guard reads it, trainer/guards/empty_steps.py), or None.
+      the empty-step guard reads it, trainer/guards/step_skip.py), or None.
     """
 
     def __init__(self, inputs: dict[str, Any], *, row_scale: torch.Tensor | None = None, trains: bool = True,
@@ -91,15 +98,9 @@ def typed_micro_batches(dealt: list[dict[str, Any]], accelerator: Any, count_tok
     numbers for the generation batch (collective then)."""
     if not count_tokens or not dealt:
         return [MicroBatch.dealt(mb) for mb in dealt]
-    local = torch.stack([_loss_tokens(mb).to(torch.float64) for mb in dealt]).to(accelerator.device)
+    local = torch.stack([loss_tokens(mb).to(torch.float64) for mb in dealt]).to(accelerator.device)
     total = accelerator.reduce(local, reduction="sum") if accelerator.num_processes > 1 else local
     return [MicroBatch.dealt(mb, float(tokens)) for mb, tokens in zip(dealt, total.tolist())]
-
-
-def _loss_tokens(inputs: dict[str, Any]) -> torch.Tensor:
-    """This process's loss tokens of a micro-batch (TRL's completion mask times its loss-only tool mask)."""
-    mask = inputs["completion_mask"]
-    return (mask * inputs["tool_mask"]).sum() if inputs.get("tool_mask") is not None else mask.sum()
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ class Round:
             if stage.loss_inputs is not None:
                 for key, t in stage.loss_inputs(batch, tr.args).items():
                     output[key] = t[rows, :T] if t.dim() >= 2 else t[rows]
-        trained_batch_metrics.table_advantages(trl_contact.completion_logs(tr), decision.advantages, batch.mask)
+        step_logs.table_advantages(trl_contact.completion_logs(tr), decision.advantages, batch.mask)
         advantages = decision.advantages[rows]
         output["advantages"] = advantages[:, :T] if advantages.dim() == 2 else advantages
         self.empty = not bool((decision.keep & batch.trainable).any())
@@ -242,3 +243,59 @@ class Round:
         self.updates = 0 if self.empty else dealt.updates
         self.micro_batches = typed_micro_batches(dealt.micro_batches, tr.accelerator,
                                                  tr.round_parts.counts_step_tokens)
+
+
+class GenerationBuffer:
+    """A generation batch's ``steps_per_generation`` (S) micro-batches, replayed ``num_iterations`` (mu) times, and
+    the run's micro-step counter. A new batch is due every S x mu micro-steps, and when nothing is buffered (a run's
+    start, or a resume on a batch boundary). Checkpointed state (the stages.Checkpointed protocol): the counter."""
+
+    def __init__(self, steps_per_generation: int, num_iterations: int):
+        self.steps_per_generation = int(steps_per_generation)
+        self.num_iterations = int(num_iterations)
+        self.micro_step = 0  # micro-steps trained (or skipped) so far in this run
+        self.round: Round | None = None  # the generation batch being trained
+
+    @property
+    def micro_steps_per_batch(self) -> int:
+        """S x mu: the micro-steps one generation batch trains (TRL's ``generate_every``)."""
+        return self.steps_per_generation * self.num_iterations
+
+    @property
+    def micro_batches(self) -> list[MicroBatch] | None:
+        """The round's micro-batches, in order of use (None before the first round)."""
+        return None if self.round is None else self.round.micro_batches
+
+    def due(self) -> bool:
+        """Whether the next micro-step needs a new generation batch."""
+        return self.round is None or self.micro_step % self.micro_steps_per_batch == 0
+
+    def at_batch_boundary(self) -> bool:
+        """Whether the micro-steps so far end a generation batch (the next one generates)."""
+        return self.micro_step % self.micro_steps_per_batch == 0
+
+    def fill(self, round_: Round) -> None:
+        """Buffer a new generation batch's round (dealt by its ``run`` after this, or restored already dealt)."""
+        self.round = round_
+
+    def current(self) -> MicroBatch:
+        """The micro-batch of the current micro-step."""
+        batches = self.micro_batches
+        if batches is None:
+            raise RuntimeError("no generation batch is buffered: call fill() when due() says so")
+        if len(batches) != self.steps_per_generation:
+            raise ValueError(f"a generation batch splits into steps_per_generation={self.steps_per_generation} "
+                             f"micro-batches, got {len(batches)}")
+        return batches[self.micro_step % self.steps_per_generation]
+
+    def advance(self) -> None:
+        """Count one micro-step (after its backward, or after it was skipped)."""
+        self.micro_step += 1
+
+    def state_dict(self) -> dict[str, int]:
+        """The counter (global_step x gradient_accumulation_steps at a checkpoint)."""
+        return {"micro_step": self.micro_step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Set the counter back to a checkpoint's value (the batch itself is restored by generation_resume)."""
+        self.micro_step = int(state["micro_step"])

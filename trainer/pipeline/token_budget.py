@@ -299,7 +299,7 @@ def no_grad_logps(trainer: Any, forward: Callable[..., tuple], phase: Callable[[
     ``batch_size``), timed by ``phase(name)`` and its tokens logged in training; with ``micro_batch_tokens`` over
     token-budget chunks instead of row slices. Every no-grad pass of the policy's or reference's log-probs runs here:
     TRL's own (through the trainer's override of its forward) and the old-policy row input's
-    (trainer/pipeline/old_policy.py)."""
+    (trainer/pipeline/trl_stages.py)."""
     name = "ref_logps" if model is getattr(trainer, "ref_model", None) else "old_logps"
     metrics = trl_contact.metrics(trainer) if trainer.model.training else None
     budget = trainer.args.micro_batch_tokens

@@ -15,7 +15,7 @@ way, whole: the main process plays every rank's episodes of a batch on the worke
 version (:meth:`OverlappedGeneration.rollout`); TRL's rollout path syncs the weights itself just before it calls the
 rollout, once the generations in flight are done (:meth:`OverlappedGeneration.before_generate`).
 
-Hook ``overlap`` (trainer/pipeline/hooks.py): built when ``max_staleness`` > 0; its checkpoint file holds the batches
+Hook ``overlap`` (trainer/pipeline/stages.py): built when ``max_staleness`` > 0; its checkpoint file holds the batches
 in flight (waited for), so a resume trains exactly the rollouts the uninterrupted run trains.
 """
 
@@ -32,7 +32,7 @@ from transformers import TrainerCallback
 from trainer import trl_contact
 from trainer.config.errors import ConfigError
 from trainer.config.server import server_url
-from trainer.pipeline.hooks import register_hook
+from trainer.pipeline.stages import register_hook
 from trainer.server.generation import raise_on_every_rank, wait_group
 from trainer.server.overlap import GenerationQueue
 

@@ -44,8 +44,7 @@ from trainer import trl_contact
 from trainer.algorithms.collapse_metrics import mi_metrics, signature_retrieval
 from trainer.config.errors import ConfigError
 from trainer.methods.collapse.reasoning_span import THINK_OPEN, reasoning_token_span
-from trainer.pipeline.hooks import register_hook
-from trainer.pipeline.stages import register_config_check
+from trainer.pipeline.stages import register_config_check, register_hook
 from trainer.pipeline.token_budget import equal_forward_fillers, plan_chunks, shortest_row
 
 logger = logging.getLogger(__name__)
@@ -170,7 +169,7 @@ class CollapseDetector:
         self._ema = {(k if "/" in k else f"first/{k}"): float(v) for k, v in state["ema"].items()}
 
     def before_pipeline(self, trainer: Any, output: dict[str, Any], step: int) -> None:
-        """The trainer's hook point (trainer/pipeline/hooks.py): on schedule, score the unfiltered batch, before any
+        """The trainer's hook point (trainer/pipeline/stages.py): on schedule, score the unfiltered batch, before any
         stage removes rollouts (RAGEN's order), and log ``collapse/*``."""
         if not self.due(step):
             return

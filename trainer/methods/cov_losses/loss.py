@@ -31,7 +31,7 @@ from trainer.config.errors import ConfigError
 from trainer.loss.call import LossCall
 from trainer.loss.forward import policy_forward
 from trainer.methods.surrogate import finish, validate_surrogate_variant
-from trainer.pipeline.gathered import gather_padded
+from trainer.pipeline.batch import gather_padded
 from trainer.pipeline.stages import register_config_check, register_stage
 
 SelectionHook = Callable[[dict[str, torch.Tensor]], None]

@@ -31,11 +31,10 @@ from trainer.algorithms.dapo import mixed_groups
 from trainer.algorithms.grpo import total_reward
 from trainer.config.errors import ConfigError
 from trainer.methods.dynamic_sampling.ahead import FillAhead
-from trainer.pipeline import trained_batch_metrics
-from trainer.pipeline.compaction import row_keys, trim_padding
-from trainer.pipeline.gathered import LEFT_PADDED, gather_key, pad_value
-from trainer.pipeline.hooks import register_hook
-from trainer.pipeline.stages import register_config_check
+from trainer.pipeline import step_logs
+from trainer.pipeline.batch import LEFT_PADDED, gather_key, pad_value
+from trainer.pipeline.dealing import row_keys, trim_padding
+from trainer.pipeline.stages import register_config_check, register_hook
 
 logger = logging.getLogger(__name__)
 REFILL_SEED_OFFSET = 7919  # the refill stream's sampler seed = seed + this (distinct from the main stream's)
@@ -94,18 +93,18 @@ class DynamicSampler:
         self.refills_drawn = int(state["refills_drawn"])
         self._iterator = None
 
-    # --- the trainer's hook point (trainer/pipeline/hooks.py) ------------------------------------------
+    # --- the trainer's hook point (trainer/pipeline/stages.py) ------------------------------------------
 
     def after_generation(self, trainer: Any, output: dict[str, Any], marks: dict[str, int]):
         """:meth:`fill`, then TRL's per-round metrics and completions table made to describe the trained batch
-        (trainer/pipeline/trained_batch_metrics.py). Returns (this rank's batch, initial global keep or None)."""
+        (trainer/pipeline/step_logs.py). Returns (this rank's batch, initial global keep or None)."""
         R_k = trainer.global_rewards_per_func
         N = R_k.shape[0]
-        snapshots = [trained_batch_metrics.table_snapshot(trl_contact.completion_logs(trainer), N)]
+        snapshots = [step_logs.table_snapshot(trl_contact.completion_logs(trainer), N)]
 
         def generate(refill):
             out = trainer.generate_and_score(refill)
-            snapshots.append(trained_batch_metrics.table_snapshot(trl_contact.completion_logs(trainer), N))
+            snapshots.append(step_logs.table_snapshot(trl_contact.completion_logs(trainer), N))
             return out
 
         output, keep, metrics = self.fill(output, generate)
@@ -114,10 +113,10 @@ class DynamicSampler:
         if self.last_sources is not None:  # the batch was assembled: relog it, rebuild the table
             rows = trainer.gathered(output)  # the assembled batch, as the stages and compaction read it next
             kept = torch.ones(N, dtype=torch.bool, device=R_k.device) if keep is None else keep
-            trained_batch_metrics.relog_rounds(
+            step_logs.relog_rounds(
                 trainer, marks, kept, rows["completion_ids"], rows["completion_mask"],
                 rows["tool_mask"] if "tool_mask" in rows else None)
-            trained_batch_metrics.rebuild_table(trl_contact.completion_logs(trainer), snapshots, self.last_sources)
+            step_logs.rebuild_table(trl_contact.completion_logs(trainer), snapshots, self.last_sources)
         return output, keep
 
     # --- filling --------------------------------------------------------------------------------------

@@ -26,8 +26,7 @@ from transformers import TrainerCallback
 
 from trainer.config.errors import ConfigError
 from trainer.guards.stopping import stop_training
-from trainer.pipeline.hooks import register_hook
-from trainer.pipeline.stages import register_config_check
+from trainer.pipeline.stages import register_config_check, register_hook
 
 # TRL prefixes evaluation metrics with "eval_"; the multi-turn rollout logs env/success_rate (multi_turn.py _log)
 SUCCESS_METRIC = "eval_env/success_rate"

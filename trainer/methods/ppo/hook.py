@@ -1,4 +1,4 @@
-"""The ``ppo_critic`` method hook (trainer/pipeline/hooks.py): builds the critic when ``advantage: gae`` and trains it.
+"""The ``ppo_critic`` method hook (trainer/pipeline/stages.py) builds the critic when ``advantage: gae`` and trains it.
 
 At the trainer's points: ``train_micro_batch`` (every training micro-batch, after the policy's loss: the critic's
 value loss, backward), a callback that steps the critic's optimizer right after the policy's optimizer step (and drops
@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 
 from trainer import trl_contact
 from trainer.methods.ppo.critic import HOOK_KEY, Critic
-from trainer.pipeline.hooks import register_hook
+from trainer.pipeline.stages import register_hook
 
 CHECKPOINT_FOLDER = "critic"
 

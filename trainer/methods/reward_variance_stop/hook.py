@@ -9,7 +9,7 @@ batch; the stop takes effect at the end of that batch's last optimizer step, wit
 Upstream checks before the update (agent_trainer.py:1210-1236) and breaks at 1241, so the iteration that triggers the
 stop is never trained there; here it is trained, then the run stops and saves (a deliberate difference:
 docs/ragen-fidelity.md). "The end of a batch" is read from the trainer's micro-step counter (a
-multiple of steps_per_generation x num_iterations after the step; trainer/pipeline/generation_buffer.py), not from
+multiple of steps_per_generation x num_iterations after the step; trainer/pipeline/round.py), not from
 ``global_step``: the counter is what decides when a batch is generated, and it is checkpointed and restored on resume;
 when a step spans two batches (S x mu not a multiple of A) the stop waits for the first step that ends on a batch
 boundary, so its checkpoint resumes without a saved batch. State is saved in checkpoints
@@ -27,8 +27,7 @@ from transformers import TrainerCallback
 from trainer import trl_contact
 from trainer.config.errors import ConfigError
 from trainer.guards.stopping import stop_training
-from trainer.pipeline.hooks import register_hook
-from trainer.pipeline.stages import register_config_check
+from trainer.pipeline.stages import register_config_check, register_hook
 
 
 def mean_group_reward_std(rewards: torch.Tensor, group_size: int) -> float:
@@ -66,7 +65,7 @@ class RewardVarianceStop:
         return self.triggered
 
     def after_decision(self, trainer: Any, decision: Any) -> None:
-        """The trainer's hook point (trainer/pipeline/hooks.py): record the generation batch's mean within-group
+        """The trainer's hook point (trainer/pipeline/stages.py): record the generation batch's mean within-group
         reward std (weighted total reward, all groups before filtering), for non-empty iterations only (upstream
         counts those)."""
         if not bool(decision.keep.any()):

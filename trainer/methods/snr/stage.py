@@ -4,7 +4,7 @@ Scores every prompt group of the global batch (``snr_metric``), selects groups (
 ``snr_value``, ...), and returns the rollout keep mask; the trainer takes the rollouts of unselected groups
 out of the loss and its normaliser. Optional ``snr_loss_scaling`` multiplies the final advantages by the
 kept fraction of groups. An empty selection leaves nothing to train on: the trainer skips that optimizer
-step (see trainer/guards/empty_steps.py). All formulas live in trainer/algorithms/snr_filter.py.
+step (see trainer/guards/step_skip.py). All formulas live in trainer/algorithms/snr_filter.py.
 """
 
 from __future__ import annotations

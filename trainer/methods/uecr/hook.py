@@ -1,4 +1,4 @@
-"""The frozen teacher as a method hook (trainer/pipeline/hooks.py): loaded when a configured stage scores with it.
+"""The frozen teacher as a method hook (trainer/pipeline/stages.py): loaded when a configured stage scores with it.
 
 :class:`TeacherScorer` holds the teacher and scores a generation batch: the teacher's per-token log-probs and
 full-vocabulary entropy, and the old policy's log-probs, at T = 1 (trainer/methods/uecr/teacher.py does the forwards).
@@ -17,8 +17,7 @@ from trainer import trl_contact
 from trainer.methods.uecr.fields import validate_teacher_fields
 from trainer.methods.uecr.teacher import load_teacher, score_tokens
 from trainer.pipeline import stages
-from trainer.pipeline.hooks import register_hook
-from trainer.pipeline.stages import register_config_check
+from trainer.pipeline.stages import register_config_check, register_hook
 
 
 class TeacherScorer:

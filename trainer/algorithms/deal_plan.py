@@ -1,4 +1,5 @@
-"""Which optimizer step of a generation batch each kept rollout trains in.
+"""Which optimizer step of a generation batch each kept rollout trains in: the plan (pure; every process computes the
+same plan from the global kept counts). trainer/pipeline/dealing.py moves the rows where the plan puts them.
 
 TRL generates one batch per ``steps_per_generation`` (S) micro-steps, shuffles it, splits it into S
 micro-batches, and every ``gradient_accumulation_steps`` (A) of them make one optimizer step: U = S / A
@@ -39,21 +40,14 @@ same micro-batches, so no collective is left waiting).
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, get_args
-
-import torch
-
-logger = logging.getLogger(__name__)
+from typing import Literal, get_args
 
 FilteredUpdates = Literal["fixed", "proportional", "verl_minibatch"]  # WinnowConfig.filtered_updates's type
 FILTERED_UPDATES: tuple[str, ...] = get_args(FilteredUpdates)
 FIXED, PROPORTIONAL, VERL_MINIBATCH = FILTERED_UPDATES
 WHOLE_STEPS = (PROPORTIONAL, VERL_MINIBATCH)  # modes whose kept rows fill whole optimizer steps of M rows
-KEPT_KEY = "winnow_kept"  # per-row bool the trainer adds to TRL's batch dict so the deal can find kept rows
-_warned: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -134,92 +128,3 @@ def compacted_micro_rows(kept: int, world: int, micro_batches: int, accumulation
     if mode in WHOLE_STEPS:
         return math.ceil(min(per_rank, micro_batch_rows * accumulation) / accumulation)
     return math.ceil(per_rank / micro_batches)
-
-
-def redeal(
-    micro_batches: list[dict[str, Any]],
-    plan: DealPlan,
-    rank: int,
-    *,
-    row_normalised: bool,
-    token_normalised: bool,
-    reduce_sum: Callable[[torch.Tensor], torch.Tensor],
-) -> list[dict[str, Any]]:
-    """This process's micro-batches with its kept rows moved where ``plan`` puts them (collective in
-    proportional mode with a token-normalised loss: every process must call it).
-
-    ``micro_batches`` is TRL's split of the local generation batch, carrying :data:`KEPT_KEY`; the key is
-    removed from the result."""
-    local = _concat(micro_batches)
-    kept_flags = local.pop(KEPT_KEY) if local is not None else None
-    if local is None or kept_flags is None:
-        for batch in micro_batches:
-            batch.pop(KEPT_KEY, None)
-        return micro_batches
-    S, c = plan.micro_batches, plan.micro_rows
-    kept = kept_flags.bool().nonzero().squeeze(1).tolist()
-    rest = (~kept_flags.bool()).nonzero().squeeze(1).tolist()
-    if len(kept) != plan.counts[rank] or kept_flags.numel() != S * c:
-        raise RuntimeError(f"deal plan expects {plan.counts[rank]} kept of {S * c} rows, batch has {len(kept)} of "
-                           f"{kept_flags.numel()}")
-    buckets: list[list[int]] = [[] for _ in range(S)]
-    for row, micro in zip(kept, plan.placement(rank)):
-        buckets[micro].append(row)
-    for bucket in buckets:  # fill with removed / zero-weight rows, in TRL's shuffled order
-        need = c - len(bucket)
-        bucket.extend(rest[:need])
-        rest = rest[need:]
-    order = torch.tensor([row for bucket in buckets for row in bucket], device=kept_flags.device)
-    out = [{k: (v[order[i * c:(i + 1) * c]] if torch.is_tensor(v) and v.dim() else v) for k, v in local.items()}
-           for i in range(S)]
-
-    per_micro = plan.kept_per_micro_batch()
-    windows = [plan.window(i) for i in range(S)]
-    kept_in_window = [0] * (max(windows) + 1)
-    for i, n in enumerate(per_micro):
-        kept_in_window[windows[i]] += n
-    if plan.mode == VERL_MINIBATCH and row_normalised:
-        # TRL weighs a row 1/(c*A*world); verl's fixed accumulation count weighs every row 1/M, M = b*A*world
-        for batch in out:
-            batch["winnow_loss_scale"] = torch.tensor(c / plan.recipe_micro_rows, device=kept_flags.device)
-    if plan.mode == PROPORTIONAL:
-        world, A = len(plan.counts), plan.accumulation
-        if row_normalised:  # TRL weighs a row 1/(c*A*world); the step's own mean weighs it 1/kept_in_window
-            for i, batch in enumerate(out):
-                batch["winnow_loss_scale"] = torch.tensor(c * A * world / max(kept_in_window[windows[i]], 1),
-                                                           device=kept_flags.device)
-        if token_normalised:  # TRL's normaliser per step is num_items * A / S: make it the step's own tokens
-            local_tokens = torch.zeros(len(kept_in_window), dtype=torch.float64, device=kept_flags.device)
-            for i, batch in enumerate(out):
-                local_tokens[windows[i]] += float(_loss_tokens(batch))
-            tokens = reduce_sum(local_tokens)
-            for i, batch in enumerate(out):
-                batch["num_items_in_batch"] = (tokens[windows[i]] * S / A).to(torch.float32)
-    for i, batch in enumerate(out):
-        batch.pop("winnow_all_dropped", None)
-        if plan.aligned and kept_in_window[windows[i]] == 0:  # the whole step is empty on every process
-            batch["winnow_all_dropped"] = torch.tensor(1, device=kept_flags.device)
-    return out
-
-
-def _loss_tokens(batch: dict[str, Any]) -> torch.Tensor:
-    mask = batch["completion_mask"]
-    return (mask * batch["tool_mask"]).sum() if batch.get("tool_mask") is not None else mask.sum()
-
-
-def _concat(micro_batches: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Undo TRL's split (keeping its shuffled row order), or None for batches that do not split by row."""
-    first = micro_batches[0]
-    rows = first[KEPT_KEY].shape[0] if KEPT_KEY in first else None
-    local: dict[str, Any] = {}
-    for key, value in first.items():
-        if value is None or (torch.is_tensor(value) and value.dim() == 0):
-            local[key] = value
-        elif torch.is_tensor(value) and value.shape[0] == rows:
-            local[key] = torch.cat([batch[key] for batch in micro_batches])
-        else:  # images and other per-sample lists: keep TRL's split
-            if key not in _warned:
-                _warned.add(key)
-                logger.warning("optimizer-step dealing off for batches with %r; TRL's random split is kept", key)
-            return None
-    return local

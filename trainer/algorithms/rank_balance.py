@@ -8,7 +8,7 @@ volcengine/verl@55a1e70:verl/utils/seqlen_balancing.py ``get_seqlen_balanced_par
 equal partition sizes).
 
 Here the row counts are not free: batch compaction gives every process the same number of micro-batch rows and
-step dealing (trainer/pipeline/step_dealing.py) places a process's kept rows by its kept *count*, so the shares keep
+step dealing (trainer/algorithms/deal_plan.py) places a process's kept rows by its kept *count*, so the shares keep
 the round-robin counts exactly (they differ by at most one) and only choose which rows. verl's partitioner takes
 equal sizes and lives in a package this project does not depend on, so the same Karmarkar-Karp idea is written out
 here for sizes that differ by one, followed by single swaps; tests/algorithms/test_rank_balance.py bounds the result
