@@ -185,3 +185,23 @@ def test_a_worker_nobody_closed_ends_its_thread_when_collected():
     gc.collect()
     thread.join(5)
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("correction, old_source, warns", [
+    (False, "policy", True), (True, "policy", False), (False, "sampler", False)])
+def test_staleness_with_every_correction_off_warns(tmp_path, correction, old_source, warns):
+    """s > 0 leaves the stale sampler uncorrected only when both corrections are off: then one warning naming both
+    fields (TRL's default, the correction on, and old_logps_source: sampler are silent)."""
+    import warnings
+
+    from trainer import WinnowConfig
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        WinnowConfig(output_dir=str(tmp_path), use_vllm=True, vllm_mode="server", max_staleness=1,
+                     vllm_importance_sampling_correction=correction, old_logps_source=old_source, report_to="none", use_cpu=True,
+                     bf16=False)
+    stale = [str(w.message) for w in caught if "max_staleness" in str(w.message)]
+    assert len(stale) == int(warns), stale
+    if warns:
+        assert "vllm_importance_sampling_correction: true" in stale[0] and "old_logps_source: sampler" in stale[0]

@@ -7,6 +7,7 @@ the trainer and the server node; ``disk`` and ``lora`` need only HTTP and a fold
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -156,7 +157,13 @@ def validate_server_fields(cfg) -> None:
 
 def check_staleness(cfg, server_mode: bool) -> None:
     """``max_staleness``: a count, server mode only (what the trainer's parts cannot order -- a user's own
-    ``rollout_func``, reward models with dynamic sampling -- is refused when the trainer is built)."""
+    ``rollout_func``, reward models with dynamic sampling -- is refused when the trainer is built). With s > 0 and
+    every off-policy correction off, a warning: the rollouts of batch k come from weights s batches older than the
+    ones the loss calls old. TRL's ``vllm_importance_sampling_correction`` (on by default) is the correction the async
+    systems use: its old log-probs are the trainer's at the batch's first step (trl==1.16.0:trl/trainer/
+    grpo_trainer.py:2643-2646 computes them whenever the correction is on), so its truncated ratio pi_old / pi_sampler
+    is decoupled PPO's behaviour-policy weight; ``old_logps_source: sampler`` instead makes the PPO ratio itself
+    start from the sampler (as TRL's async_grpo does)."""
     s = cfg.max_staleness
     if s < 0:
         raise ConfigError("max_staleness", f"must be >= 0 (got {s})", "use 0 (synchronous) or 1")
@@ -166,6 +173,13 @@ def check_staleness(cfg, server_mode: bool) -> None:
         raise ConfigError("max_staleness", f"{s} overlaps generation on a vLLM server with training, but "
                           f"use_vllm={cfg.use_vllm} and vllm_mode={cfg.vllm_mode!r}",
                           "set use_vllm: true and vllm_mode: server, or max_staleness: 0")
+    if not cfg.vllm_importance_sampling_correction and cfg.old_logps_source != "sampler":
+        warnings.warn(
+            f"WinnowConfig.max_staleness: {s} trains each batch on rollouts of weights up to {s} batch(es) older than "
+            "the policy its loss calls old, with every off-policy correction off (vllm_importance_sampling_correction: "
+            "false, old_logps_source: policy), so the update is biased towards the stale sampler. Fix: set "
+            "vllm_importance_sampling_correction: true (TRL's truncated weight pi_old / pi_sampler) or "
+            "old_logps_source: sampler", stacklevel=3)
 
 
 def resolve_weight_sync(kind: str, cuda_available: bool) -> str:
