@@ -92,3 +92,46 @@ def test_tensor_parallel_must_divide_the_heads(tmp_path, tp, fix):
         assert out.returncode == 2 and "28 attention heads" in out.stderr and fix in out.stderr, out.stderr
         # never data parallelism for the GPUs left over: TRL's vllm_serve.py says it errors for dense models
         assert "data-parallel" not in out.stderr, out.stderr
+
+
+QWEN3_8B = {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
+            "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "tie_word_embeddings": False}
+
+
+def test_kv_cache_is_sized_by_hand():
+    """One token's KV on one GPU is 2 x layers x its KV heads x head_dim x 2 B; the GPU's share is its utilization
+    less its weights' shard and the reserve. A 2-layer model by hand, then Qwen3-8B at TP 4 on 80 GB GPUs against
+    the issue's independent figure (about 1.7 M tokens)."""
+    tiny = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "intermediate_size": 128, "vocab_size": 1000, "tie_word_embeddings": True}
+    params = 1000 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64
+    free = 16 * 2**30 * 0.5 - params * 2 / 2 - vs.SERVER_RESERVE_GIB * 2**30
+    per_token = 2 * 2 * 1 * 16 * 2  # TP 2 splits the 2 KV heads: one per GPU
+    assert vs.kv_cache_tokens(tiny, tensor_parallel_size=2, gpu_memory_gib=16, gpu_memory_utilization=0.5) == int(
+        free // per_token)
+    tp8 = vs.kv_cache_tokens(tiny, tensor_parallel_size=8, gpu_memory_gib=16, gpu_memory_utilization=0.5)
+    assert tp8 < 2 * int(free // per_token)  # 8 GPUs, 2 KV heads: replicated, one per GPU, not a quarter each
+    kv = vs.kv_cache_tokens(QWEN3_8B, tensor_parallel_size=4, gpu_memory_gib=80, gpu_memory_utilization=0.9)
+    assert 1.6e6 < kv < 2.0e6, kv
+    assert vs.sized_max_num_seqs(kv, 10240) == kv // 10240 < vs.VLLM_DEFAULT_MAX_NUM_SEQS
+    assert vs.sized_max_num_seqs(10**9, 100) == vs.VLLM_DEFAULT_MAX_NUM_SEQS and vs.sized_max_num_seqs(0, 100) == 1
+
+
+def test_the_launcher_passes_the_sized_max_num_seqs_and_vllm_parses_it(tmp_path):
+    """The GPU dry run adds --max-num-seqs from the model's config and --max-model-len (vLLM's default of 1024 would
+    preempt 10k-token sequences); an explicit flag wins; vLLM's own parser takes the command."""
+    model = tmp_path / "qwen3-8b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN3_8B))
+    common = ("--model", str(model), "--device", "gpu", "--tensor-parallel-size", "4", "--python", sys.executable,
+              "--max-model-len", "10240", "--gpu-memory-gib", "80", "--dry-run")
+    out = _cli(*common)
+    assert out.returncode == 0, out.stderr
+    want = vs.sized_max_num_seqs(vs.kv_cache_tokens(QWEN3_8B, tensor_parallel_size=4, gpu_memory_gib=80,
+                                                    gpu_memory_utilization=0.9), 10240)
+    assert f"--max-num-seqs {want} " in out.stdout, out.stdout
+    explicit = _cli(*common, "--max-num-seqs", "64")
+    assert "--max-num-seqs 64 " in explicit.stdout and f"--max-num-seqs {want} " not in explicit.stdout
+    gpu, _ = vs.build_command("Qwen/Qwen3-8B", python=_vllm_python(), max_model_len=10240, tensor_parallel_size=4,
+                              max_num_seqs=want)
+    assert vllm_parse([gpu]) == [None]

@@ -199,8 +199,8 @@ def test_staleness_with_every_correction_off_warns(tmp_path, correction, old_sou
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         WinnowConfig(output_dir=str(tmp_path), use_vllm=True, vllm_mode="server", max_staleness=1,
-                     vllm_importance_sampling_correction=correction, old_logps_source=old_source, report_to="none", use_cpu=True,
-                     bf16=False)
+                     vllm_importance_sampling_correction=correction, old_logps_source=old_source, report_to="none",
+                     use_cpu=True, bf16=False)
     stale = [str(w.message) for w in caught if "max_staleness" in str(w.message)]
     assert len(stale) == int(warns), stale
     if warns:

@@ -175,11 +175,11 @@ def check_staleness(cfg, server_mode: bool) -> None:
                           "set use_vllm: true and vllm_mode: server, or max_staleness: 0")
     if not cfg.vllm_importance_sampling_correction and cfg.old_logps_source != "sampler":
         warnings.warn(
-            f"WinnowConfig.max_staleness: {s} trains each batch on rollouts of weights up to {s} batch(es) older than "
-            "the policy its loss calls old, with every off-policy correction off (vllm_importance_sampling_correction: "
-            "false, old_logps_source: policy), so the update is biased towards the stale sampler. Fix: set "
-            "vllm_importance_sampling_correction: true (TRL's truncated weight pi_old / pi_sampler) or "
-            "old_logps_source: sampler", stacklevel=3)
+            f"WinnowConfig.max_staleness: {s} trains each batch on rollouts of weights up to {s} batch(es) older "
+            "than the policy its loss calls old, with every off-policy correction off "
+            "(vllm_importance_sampling_correction: false, old_logps_source: policy), so the update is biased towards "
+            "the stale sampler. Fix: set vllm_importance_sampling_correction: true (TRL's truncated weight "
+            "pi_old / pi_sampler) or old_logps_source: sampler", stacklevel=3)
 
 
 def resolve_weight_sync(kind: str, cuda_available: bool) -> str:

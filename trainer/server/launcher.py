@@ -40,6 +40,7 @@ from packaging.version import InvalidVersion, Version
 
 from trainer.config.model_path import resolve_model_path  # stdlib and the assets module: no cost to the start
 from trainer.server.listeners import is_loopback  # stdlib only: no cost to the launcher's start
+from trainer.tools.memory_estimate import shape_from_config  # stdlib only
 
 _CHECKOUT = Path(__file__).resolve().parents[2]
 # A winnow-rl checkout (its .venv-vllm, its logs/), else the working directory (an install from a wheel).
@@ -63,6 +64,14 @@ HOST_HELP = ("bind address: 127.0.0.1 (default) when the trainer runs on this ma
 GUARD_DIR = Path(__file__).resolve().parent / "guard"  # on the server's PYTHONPATH: vLLM imports the guard by path
 GUARD_MIDDLEWARE = "vllm_route_guard.RouteGuard"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "", "*")
+# --max-num-seqs: vLLM 0.31's own default on an H100/H200-class GPU (vllm==0.31.0:vllm/engine/arg_utils.py:2868-2877)
+# admits 1024 sequences whatever their length, and preempts and recomputes whenever their KV cache outgrows the
+# GPU's. The launcher sizes it from the KV cache instead, each sequence at max_model_len (kv_cache_tokens).
+VLLM_DEFAULT_MAX_NUM_SEQS = 1024
+DEFAULT_GPU_MEMORY_GIB = 80.0  # without nvidia-smi (a dry run on a login node): an 80 GB H100
+# Assumed, beside weights and KV cache, per GPU: vLLM's profiled activation peak, CUDA graphs and NCCL buffers.
+SERVER_RESERVE_GIB = 4.0
+GIB = 2**30
 
 
 def bind_problem(host: str, allow_from: str) -> str | None:
@@ -88,6 +97,34 @@ def detect_device() -> str:
     except (OSError, subprocess.TimeoutExpired):
         ok = False
     return "gpu" if ok else "cpu"
+
+
+def gpu_memory_gib() -> float:
+    """The smallest GPU's memory in GiB (``nvidia-smi``), else :data:`DEFAULT_GPU_MEMORY_GIB`."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+        return min(float(line) for line in out.split()) / 1024  # MiB
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return DEFAULT_GPU_MEMORY_GIB
+
+
+def kv_cache_tokens(config: dict, *, tensor_parallel_size: int, gpu_memory_gib: float,
+                    gpu_memory_utilization: float, dtype_bytes: int = 2) -> int:
+    """Tokens of KV cache the server holds: on each GPU, its ``gpu_memory_utilization`` share less its shard of the
+    weights and :data:`SERVER_RESERVE_GIB`, over one token's KV on that GPU (2 x layers x its KV heads x head_dim x
+    ``dtype_bytes``; vLLM replicates the KV heads when there are fewer than GPUs). Qwen3-8B at TP 4 on 80 GB GPUs:
+    about 1.7 M tokens."""
+    shape, tp = shape_from_config(config), tensor_parallel_size
+    per_token = 2 * shape.layers * max(1, shape.kv_heads // tp) * shape.head_dim * dtype_bytes
+    free = gpu_memory_gib * GIB * gpu_memory_utilization - shape.params * dtype_bytes / tp - SERVER_RESERVE_GIB * GIB
+    return max(0, int(free // per_token))
+
+
+def sized_max_num_seqs(kv_tokens: int, max_model_len: int) -> int:
+    """``--max-num-seqs``: as many sequences as the KV cache holds at ``max_model_len`` each, so the server never
+    preempts one, within 1 .. vLLM's default."""
+    return max(1, min(VLLM_DEFAULT_MAX_NUM_SEQS, kv_tokens // max(1, max_model_len)))
 
 
 def round_lora_rank(rank: int) -> int:
@@ -130,7 +167,7 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
                   dtype: str = "bfloat16", max_model_len: int | None = None, tensor_parallel_size: int = 1,
                   data_parallel_size: int = 1, gpu_memory_utilization: float = 0.9, lora_rank: int | None = None,
                   cpu_kvcache_gb: int = 2, python: str | None = None, vllm_version: str | None = None,
-                  allow_from: str = "", weights_dir: str | None = None,
+                  allow_from: str = "", weights_dir: str | None = None, max_num_seqs: int | None = None,
                   extra_args: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
     """argv and the environment variables to ADD (not the whole env).
 
@@ -141,7 +178,8 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
 
     ``device`` is ``gpu``, ``cpu`` or ``auto``. Parallelism and ``gpu_memory_utilization`` are GPU-only
     (parallel sizes > 1 on CPU raise ValueError; the utilization is ignored there). ``lora_rank`` enables runtime
-    LoRA hot-swap, rounded up to a rank vLLM accepts. ``vllm_version`` (default: read from ``python``) decides the
+    LoRA hot-swap, rounded up to a rank vLLM accepts. ``max_num_seqs`` (GPU only; :func:`sized_max_num_seqs`) bounds
+    the sequences the server runs at once. ``vllm_version`` (default: read from ``python``) decides the
     version-dependent flags as TRL does. ``extra_args`` are appended verbatim.
     """
     if device == "auto":
@@ -164,6 +202,8 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
         argv = [python, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", host, "--port", str(port),
                 "--tensor-parallel-size", str(tensor_parallel_size), "--data-parallel-size", str(data_parallel_size),
                 "--gpu-memory-utilization", str(gpu_memory_utilization), "--dtype", dtype]
+        if max_num_seqs is not None:
+            argv += ["--max-num-seqs", str(max_num_seqs)]
     else:
         for name, value in (
             ("tensor_parallel_size", tensor_parallel_size),
@@ -473,6 +513,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="GPU only (default: the recipe's vllm_server_tensor_parallel_size on GPU, else 1)")
     p.add_argument("--data-parallel-size", type=int, default=1, help="GPU only")
     p.add_argument("--gpu-memory-utilization", type=float, help="GPU only (default 0.9)")
+    p.add_argument("--max-num-seqs", type=int,
+                   help="GPU only (default: what the KV cache holds at --max-model-len each, from the model's config "
+                   "and the GPU's memory, at most vLLM's 1024)")
+    p.add_argument("--gpu-memory-gib", type=float,
+                   help=f"GPU only: memory of one GPU for the --max-num-seqs sizing (default: nvidia-smi's, else "
+                   f"{DEFAULT_GPU_MEMORY_GIB:.0f})")
     p.add_argument("--lora-rank", type=int, help="enable LoRA hot-swap; rounded up to a rank vLLM accepts "
                    f"({', '.join(map(str, LORA_RANKS))}); default: the recipe's lora_r when weight_sync: lora")
     p.add_argument("--cpu-kvcache-gb", type=int, default=2, help="CPU only: VLLM_CPU_KVCACHE_SPACE")
@@ -527,7 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = detect_device() if args.device == "auto" else args.device
     if args.tensor_parallel_size is None:  # the recipe's size only on GPU: a CPU server is one process
         args.tensor_parallel_size = settings.get("tensor_parallel_size", 1) if device == "gpu" else 1
-    config = model_config(model) if args.tensor_parallel_size > 1 else None
+    config = model_config(model) if args.tensor_parallel_size > 1 or device == "gpu" else None
     problem = tensor_parallel_problem(config, args.tensor_parallel_size) if config else None
     if problem:
         _fail(f"--tensor-parallel-size={args.tensor_parallel_size} (Slurm: VLLM_TP): {model}: {problem}")
@@ -536,8 +582,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                             ("--data-parallel-size", args.data_parallel_size)):
             if value != 1:
                 _fail(f"{flag}={value}: parallelism is GPU-only; drop it or use --device gpu on a GPU machine")
-        if args.gpu_memory_utilization is not None:
-            _fail("--gpu-memory-utilization is GPU-only; drop it with --device cpu (use --cpu-kvcache-gb)")
+        for flag, value in (("--gpu-memory-utilization", args.gpu_memory_utilization),
+                            ("--max-num-seqs", args.max_num_seqs), ("--gpu-memory-gib", args.gpu_memory_gib)):
+            if value is not None:
+                _fail(f"{flag} is GPU-only; drop it with --device cpu (use --cpu-kvcache-gb)")
     if args.python and not (Path(args.python).is_file() and os.access(args.python, os.X_OK)):
         _fail(f"--python: {args.python} is not an executable file; pass the vLLM venv's python")
     if args.detach and args.dry_run:
@@ -554,13 +602,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vllm_server.py: warning: {python} has no vLLM package (vllm or vllm-cpu), so the version-dependent "
               "flags (--enable-scale-out from 0.30) are left out; pass --python with the server's interpreter "
               "(make setup-gpu builds one)", file=sys.stderr)
-    kwargs = dict(device=device, host=args.host, port=port, dtype=args.dtype,
-                  max_model_len=args.max_model_len or settings.get("max_model_len"),
+    max_model_len = args.max_model_len or settings.get("max_model_len")
+    max_num_seqs = args.max_num_seqs
+    if max_num_seqs is None and device == "gpu" and max_model_len and "--max-num-seqs" not in extra:
+        try:
+            kv = kv_cache_tokens(config or {}, tensor_parallel_size=args.tensor_parallel_size,
+                                 gpu_memory_gib=args.gpu_memory_gib or gpu_memory_gib(),
+                                 gpu_memory_utilization=args.gpu_memory_utilization or 0.9)
+            max_num_seqs = sized_max_num_seqs(kv, max_model_len)
+        except KeyError:  # no config.json here yet (vLLM downloads the model): say what vLLM will do instead
+            print(f"vllm_server.py: warning: no config.json of {model} here, so --max-num-seqs is vLLM's default "
+                  f"({VLLM_DEFAULT_MAX_NUM_SEQS} on an H100), which preempts long sequences; pass --max-num-seqs "
+                  "(launch/train.py --dry-run prints the size) or download the model first", file=sys.stderr)
+    kwargs = dict(device=device, host=args.host, port=port, dtype=args.dtype, max_model_len=max_model_len,
                   tensor_parallel_size=args.tensor_parallel_size, data_parallel_size=args.data_parallel_size,
                   gpu_memory_utilization=args.gpu_memory_utilization or 0.9, lora_rank=lora_rank,
                   cpu_kvcache_gb=args.cpu_kvcache_gb, python=python, vllm_version=vllm_version,
                   allow_from=args.allow_from, weights_dir=args.weights_dir or settings.get("weights_dir"),
-                  extra_args=extra)
+                  max_num_seqs=max_num_seqs, extra_args=extra)
     try:
         command, added = build_command(model, **kwargs)
     except ValueError as e:

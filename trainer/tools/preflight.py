@@ -333,11 +333,24 @@ def run(argv: list[str]) -> Report:
             report.add("FAIL", "server context", "the recipe bounds neither prompts nor the context; set "
                        "max_prompt_tokens or vllm_max_model_length")
         model = settings.get("model") or model_args.model_name_or_path
+        config, _ = model_config(model)
+        max_num_seqs = None
+        if config and settings.get("max_model_len"):  # what launch/vllm_server.py passes on the GPU node
+            gib = launcher.gpu_memory_gib()
+            kv = launcher.kv_cache_tokens(config, tensor_parallel_size=tp, gpu_memory_gib=gib,
+                                          gpu_memory_utilization=0.9)
+            max_num_seqs = launcher.sized_max_num_seqs(kv, settings["max_model_len"])
+            rollouts = per_step * args.steps_per_generation
+            report.add("ok" if kv else "FAIL", "server KV cache", (
+                f"{kv / 1e6:.2f} M tokens per server at TP {tp} ({gib:.0f} GiB GPUs, utilization 0.9) -> "
+                f"--max-num-seqs {max_num_seqs} (each at max_model_len {settings['max_model_len']}, so none is "
+                f"preempted): the batch's {rollouts} rollouts in {math.ceil(rollouts / max_num_seqs)} wave(s)"
+                + ("" if kv else " -> the weights leave no KV cache: raise vllm_server_tensor_parallel_size")))
         try:
             argv_, env = launcher.build_command(
                 model, device="gpu", port=settings.get("port", 8000), max_model_len=settings.get("max_model_len"),
                 tensor_parallel_size=tp, data_parallel_size=opts.data_parallel_size,
-                lora_rank=settings.get("lora_rank"), python=python, vllm_version=version)
+                lora_rank=settings.get("lora_rank"), python=python, vllm_version=version, max_num_seqs=max_num_seqs)
             report.add("ok" if version else "WARN", "server command",
                        f"(vLLM {version or 'not installed for ' + python}) " + launcher.shell_line(argv_, env))
         except ValueError as e:
