@@ -90,10 +90,13 @@ def server_logprobs(client) -> torch.Tensor:
 
 
 def restore_base(url: str, model: str) -> None:
-    """Put the server back on the checkpoint's weights (a disk test leaves its trained weights there)."""
+    """Put the server back on the checkpoint's weights (a disk test leaves its trained weights there): version 0 to
+    the route guard, as a fresh server (a trainer refuses answers from weights it did not sync: docs/server.md)."""
+    from trainer.server.client import VERSION_HEADER
+
     requests.post(f"{url}/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": model}},
                   timeout=120).raise_for_status()
-    requests.post(f"{url}/reset_prefix_cache", timeout=60).raise_for_status()
+    requests.post(f"{url}/reset_prefix_cache", headers={VERSION_HEADER: "0"}, timeout=60).raise_for_status()
 
 
 def make_trainer(server, tmp_path, weight_sync: str, steps: int, lr: float, peft_config=None, **overrides):

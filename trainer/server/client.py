@@ -87,6 +87,55 @@ class GenerationServerError(ConnectionError):
         super().__init__(redact_url(f"vLLM server {self.server} (endpoint {self.endpoint}): {what}. {hint}"))
 
 
+VERSION_HEADER = "X-Winnow-Weight-Version"  # the route guard's (trainer/server/guard/vllm_route_guard.py)
+GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions", "/inference/v1/generate")
+VERSION_HINT = (
+    "Restart the run from its last checkpoint, with nothing else syncing this server (one trainer per server): a "
+    "resume syncs the trainer's weights before it generates again."
+)
+
+
+class WeightVersion:
+    """The weights the server should hold, counted by the trainer: 0 = the model it was started with, one more per
+    sync. Every sync -- TRL's NCCL one, winnow's disk and LoRA ones -- ends with ``POST /reset_prefix_cache``, which
+    carries the version it completes (:meth:`reset_headers`); winnow's route guard records it and stamps each
+    generation answer with the version it holds, and :meth:`check` refuses an answer from any other weights (a server
+    restarted in the window where TRL's Retry re-sends a POST answers from its base weights; another trainer may
+    have synced it). A server without the guard stamps nothing: then nothing can be checked, said once."""
+
+    def __init__(self) -> None:
+        self.synced = 0
+        self._unstamped_said = False
+
+    def reset_headers(self) -> dict[str, str]:
+        """The header of a sync's closing ``/reset_prefix_cache``: the version it completes."""
+        return {VERSION_HEADER: str(self.synced + 1)}
+
+    def check(self, url: str, response: Any, expected: int) -> None:
+        """Raise :class:`GenerationServerError` when a generation answer was made by other weights than version
+        ``expected`` (the count when the request was sent)."""
+        held = response.headers.get(VERSION_HEADER)
+        if held is None:
+            if not self._unstamped_said:
+                self._unstamped_said = True
+                logger.warning("vLLM server %s does not say which weights answered (not started by "
+                               "launch/vllm_server.py, whose route guard does): its answers are not checked against "
+                               "the trainer's weight version", redact_url(url))
+            return
+        if (0 if held == "none" else int(held) if held.isdigit() else -1) != expected:
+            raise GenerationServerError(url, (
+                f"answered from weights version {held}, but the trainer synced version {expected} before the request "
+                "(version none: the weights the server started with, as after a restart); the rollouts would train "
+                "as if the trainer's weights had made them, so they are refused"), VERSION_HINT)
+
+
+def weight_version_of(client: Any) -> WeightVersion:
+    """The :class:`WeightVersion` of ``client``'s hardened session (:func:`harden_client`); a fresh one, counting
+    nothing shared, when the session is not hardened."""
+    adapter = client.session.get_adapter(client.base_url)
+    return adapter.versions if isinstance(adapter, HardenedAdapter) else WeightVersion()
+
+
 class NoResendAfterReadTimeout(Retry):
     """urllib3's ``Retry`` with one exception: a POST whose answer timed out is raised at once, not re-sent.
 
@@ -250,6 +299,7 @@ class HardenedAdapter(HTTPAdapter):
     def __init__(self, settings: _Hardening, pool_maxsize: int):
         super().__init__(pool_maxsize=pool_maxsize, max_retries=settings.retry)
         self.settings = settings
+        self.versions = WeightVersion()
 
     def configure(self, settings: _Hardening) -> None:
         """Take new settings (timeouts and retry policy) for the next requests."""
@@ -263,6 +313,9 @@ class HardenedAdapter(HTTPAdapter):
         if timeout is None:
             timeout = (settings.connect_timeout, settings.read_timeout)
         method, url = request.method or "GET", request.url or ""
+        path, expected = urlparse(url).path, self.versions.synced
+        if path.endswith("/reset_prefix_cache"):
+            request.headers.update(self.versions.reset_headers())
         start = time.monotonic()
         try:
             response = super().send(request, stream=stream, timeout=timeout, verify=verify, cert=cert,
@@ -286,6 +339,10 @@ class HardenedAdapter(HTTPAdapter):
             raise GenerationServerError(url, (
                 f"{method} answered HTTP {status} after {time.monotonic() - start:.1f}s ({settings.describe()}); "
                 f"body: {response.text[:300]!r}"), hint)
+        if path.endswith("/reset_prefix_cache"):
+            self.versions.synced += 1
+        elif path.endswith(GENERATION_PATHS):
+            self.versions.check(url, response, expected)
         return response
 
     def _spent(self, method: str, url: str, start: float, exc: Exception) -> GenerationServerError:

@@ -37,7 +37,7 @@ from peft import PeftModel, get_peft_model_state_dict
 from safetensors.torch import save_file
 
 from trainer import trl_contact
-from trainer.server.client import GenerationServerError
+from trainer.server.client import GenerationServerError, weight_version_of
 
 logger = logging.getLogger("trainer.server.weight_sync")
 
@@ -51,12 +51,13 @@ STAGING_PREFIX = ".staging-"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def post_once(base_url: str, path: str, payload: dict | None, timeout: float, what: str) -> requests.Response:
+def post_once(base_url: str, path: str, payload: dict | None, timeout: float, what: str,
+              headers: dict[str, str] | None = None) -> requests.Response:
     """One bounded POST (no retries); any failure or non-200 becomes a :class:`GenerationServerError`."""
     url = f"{base_url.rstrip('/')}{path}"
     start = time.monotonic()
     try:
-        response = requests.post(url, json=payload, timeout=(min(10.0, timeout), timeout))
+        response = requests.post(url, json=payload, headers=headers, timeout=(min(10.0, timeout), timeout))
     except requests.RequestException as exc:
         raise GenerationServerError(url, f"{what} failed after {time.monotonic() - start:.1f}s: "
                                          f"{type(exc).__name__}: {exc}", SYNC_HINT) from exc
@@ -172,7 +173,10 @@ class VersionedSync:
         _, remote = self.folders.publish(staging)
         written = time.perf_counter()
         post_once(self.base_url, endpoint, payload(remote), self.timeout, f"{what} from {remote}")
-        post_once(self.base_url, "/reset_prefix_cache", None, self.timeout, "reset_prefix_cache")
+        versions = weight_version_of(self.generation.vllm_client)  # the version the server's answers must carry
+        post_once(self.base_url, "/reset_prefix_cache", None, self.timeout, "reset_prefix_cache",
+                  headers=versions.reset_headers())
+        versions.synced += 1
         loaded = time.perf_counter()
         self.folders.prune()
         return {"weight_sync/seconds": loaded - start, "weight_sync/write_seconds": written - start,

@@ -18,6 +18,12 @@ Rules (every refusal is HTTP 403 with a one-line reason, and logged):
 * ``/collective_rpc``: only ``reload_weights`` (winnow's disk sync), with no argument but ``weights_path``.
 * ``weights_path`` and ``lora_path`` must lie under ``WINNOW_SERVER_WEIGHTS_DIR`` when it is set.
 
+The guard also says which weights the server holds. Every weight sync (TRL's NCCL one, winnow's disk and LoRA ones)
+ends with ``POST /reset_prefix_cache``; the trainer's sends the version it completes in :data:`VERSION_HEADER`, and
+the guard records it once the reset answered 200. Every generation answer carries the version held then (``none``:
+the weights the server was started with, as after a restart), which the trainer checks against its own count
+(trainer/server/client.py ``WeightVersion``). One API-server process holds the count (vLLM's default).
+
 Standard library only: it runs inside vLLM's interpreter, which on CPU is another venv than the trainer's.
 """
 
@@ -43,6 +49,9 @@ ROUTES = frozenset({
     ("POST", "/collective_rpc"), ("POST", "/v1/load_lora_adapter"),
 })
 INSPECTED = frozenset({"/init_weight_transfer_engine", "/collective_rpc", "/v1/load_lora_adapter"})
+VERSION_HEADER = b"x-winnow-weight-version"  # trainer/server/client.py sends and checks the same header
+GENERATION_ROUTES = frozenset({("POST", "/v1/completions"), ("POST", "/v1/chat/completions"),
+                               ("POST", "/inference/v1/generate")})
 RPC_METHODS = {"reload_weights": {"weights_path"}}  # method -> the kwargs it may carry
 MAX_INSPECTED_BODY = 1 << 20  # the inspected requests carry a few hundred bytes of JSON
 logger = logging.getLogger("vllm.winnow_route_guard")  # under "vllm": printed by the handler vLLM configures
@@ -122,6 +131,7 @@ class RouteGuard:
         self.app = app
         self.networks = _networks(os.environ.get(ALLOW_FROM_ENV, "") if allow_from is None else allow_from)
         self.weights_dir = (os.environ.get(WEIGHTS_DIR_ENV) if weights_dir is None else weights_dir) or None
+        self.version = b"none"  # the weights version the server holds (VERSION_HEADER): none until a sync says
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] not in ("http", "websocket"):  # lifespan events pass through
@@ -171,7 +181,32 @@ class RouteGuard:
 
             await self.app(scope, replay, send)
             return
-        await self.app(scope, receive, send)
+        await self.app(scope, receive, self._versioned(route, scope, send))
+
+    def _versioned(self, route: tuple[str, str], scope, send):
+        """``send``, recording the version a 200 ``/reset_prefix_cache`` completes, or stamping a generation
+        answer with the version held; other routes unchanged."""
+        if route == ("POST", "/reset_prefix_cache"):
+            claimed = dict(scope.get("headers") or []).get(VERSION_HEADER, b"")
+            if not claimed.isdigit():
+                return send
+
+            async def record(message):
+                if message["type"] == "http.response.start" and message.get("status") == 200:
+                    self.version = claimed
+                await send(message)
+
+            return record
+        if route in GENERATION_ROUTES:
+            held = self.version  # the weights that generate this request: no sync runs beside a generation
+
+            async def stamp(message):
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), (VERSION_HEADER, held)]}
+                await send(message)
+
+            return stamp
+        return send
 
     @staticmethod
     async def _refuse(scope, send, reason: str, route: tuple[str, str]) -> None:
