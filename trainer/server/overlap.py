@@ -17,8 +17,8 @@ What the trainer does at the start of generation batch ``k`` (its weights are ve
 
 ``s = 0`` is the synchronous loop (sync, generate, train). With ``s >= 1`` batch ``k + s`` is generated while batch
 ``k`` trains. In the steady state a step takes ``max(generation, training) + sync`` instead of their sum; ``s >= 2``
-gives the same throughput with a single server (each sync still waits for the generation before it) and only
-absorbs jitter in the two phases' times.
+gives the same throughput with a single server and does not absorb jitter either: each sync waits for the one
+generation before it, so the server generates exactly one batch between two syncs (docs/server.md).
 
 The worker runs only what the caller gives it (the server request: no collectives, no tensors of the model); the
 syncs run on the calling thread, because an NCCL broadcast needs the trainer's ranks and weights that no optimizer
