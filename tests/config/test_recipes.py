@@ -84,12 +84,16 @@ NO_DROPOUT = {"rollout_dropout": "none"}
 
 def grpodropout_row(pos: bool, neg: bool, center: bool, p_wt: bool) -> dict:
     """A Table 2 row's marks (Pos., Neg., Center, P-wt.) as stage settings (paper §4.2): deleting positive
-    candidates = restoring A <= 0 (eq. 7); Center x = no recentering; Center + P-wt = eq. 9."""
+    candidates = restoring A <= 0 (eq. 7); Center x = no recentering; Center + P-wt = eq. 9. The advantages are
+    recomputed over the kept rows wherever the row recenters: A:verl/examples/grpo_dropout/train.sh defaults
+    RECOMPUTE_ADV_AFTER_SELECT to True for every selector, and the one variant without recentering,
+    A:verl/examples/grpo_dropout/configs/variants/balance_neg_no_readv.env ("no advantage recompute / no
+    re-centering"), sets it False with ADV_P_CENTER_MODE none -- the paper's Center x row, which collapses (§4.2)."""
     delete = {(True, False): "positive", (False, True): "negative", (True, True): "both"}[(pos, neg)]
     recenter = "prob_weighted" if center and p_wt else ("mean" if center else "none")
     return {**GRPODROPOUT_GRPO_BASELINE, **VERL_STEPS, "rollout_dropout": "grpodropout", "dropout_selector": "paper",
             "dropout_delete": delete, "dropout_recenter": recenter, "dropout_surprisal_basis": "mean",
-            "dropout_zero_push_groups": "keep_all", "dropout_restandardize": False}
+            "dropout_zero_push_groups": "keep_all", "dropout_restandardize": center}
 
 
 # A:verl/verl/workers/actor/dp_actor.py update_policy: the kept rows split into mini-batches of 512 (data.split), every
