@@ -270,10 +270,15 @@ for env, env_kwargs in RAGEN_ENVS.items():
             if algo == "ppo":
                 RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-instruct-{env}-ppo-{filt}.yaml"] = (
                     row, "Qwen/Qwen2.5-3B-Instruct")
-            if algo == "grpo":
-                if env == "frozenlake":  # the slippery variant: envs.yaml CoordFrozenLake success_rate 0.8
-                    RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-frozenlake-slippery0.8-grpo-{filt}.yaml"] = (
-                        {**row, "env_kwargs": {**env_kwargs, "success_rate": 0.8}}, "Qwen/Qwen2.5-3B")
+                if env == "frozenlake":
+                    # the slippery sweep as A:scripts/runs/run_frozen_lake_slipper_rate_sweep.sh (RAGEN@af6882d) ran
+                    # it, at slip 20 % (success_rate = 1 - rate): the PPO row with entropy_coeff=0, token-mean on
+                    # actor and critic micro-batches of 4 (ppo_micro_batch_size_per_gpu=4: TRL's bnpo on 4 rows per
+                    # process), include_zero False in filter mode and True without the filter
+                    RAGEN_RECIPES[f"configs/ragen/variants/qwen2.5-3b-frozenlake-slippery0.8-ppo-{filt}.yaml"] = (
+                        {**row, "env_kwargs": {**env_kwargs, "success_rate": 0.8}, "entropy_coef": 0.0,
+                         "loss_type": "bnpo", "micro_batch_rows": 4, "snr_include_zero": filt == "nofilter"},
+                        "Qwen/Qwen2.5-3B")
 PAPER_RECIPES.update(RAGEN_RECIPES)
 
 
@@ -421,6 +426,7 @@ def resolved(path: Path, *extra: str) -> dict:
         "optimizer_steps_per_generation": args.steps_per_generation * args.num_iterations
                                           / args.gradient_accumulation_steps,
         "rollouts_per_optimizer_step": per_micro_step * args.gradient_accumulation_steps,
+        "micro_batch_rows": args.per_device_train_batch_size,  # one process's micro-batch: what bnpo's token mean spans
         "num_generations": args.num_generations,
         "learning_rate": args.learning_rate,
         "lr_scheduler_type": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
