@@ -140,9 +140,10 @@ class TaskArguments(DatasetFields, EnvTaskFields):
     # of recipe.resolved.yaml. parse_recipe reads them off the command line.
     allow_unsafe_env: bool = field(
         default=False, init=False,
-        metadata={"help": "Let the recipe's env: set variables that change which code runs or where data and tokens "
-                  "go (LD_*, PYTHON*, PATH, *_BASE_URL, *ENDPOINT*, proxies, CA bundles, GIT_*, ...: UNSAFE_ENV in "
-                  "trainer/config/recipe_checks.py). Command line only, for a recipe you trust."},
+        metadata={"help": "Let the recipe's env: set variables other than the runtime knobs of ALLOWED_ENV "
+                  "(trainer/config/recipe_checks.py: threads, NCCL logging, devices, W&B project/name/tags/mode, "
+                  "...): any other can change which code runs or where data and tokens go. Command line only, for a "
+                  "recipe you trust."},
     )
     # The folder of the --config file, set by parse_recipe: a dotted reward path looks for its module file there
     # first. Not a recipe field (a recipe cannot say where it lies): recipe.resolved.yaml leaves it out.

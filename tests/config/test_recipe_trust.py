@@ -1,7 +1,7 @@
 """A recipe is code: the two guards that protect a user running someone else's recipe (trainer/config/
 recipe_checks.py).
 
-- ``env:`` keys that change which code runs or where data and tokens go (``UNSAFE_ENV``) are refused before anything
+- ``env:`` keys other than the runtime knobs of ``ALLOWED_ENV`` are refused before anything
   is set in os.environ and before the recipe's ``import_modules`` run, unless the command line passes
   ``--allow_unsafe_env``; a recipe cannot opt itself in.
 - ``resume_from_checkpoint`` naming a folder outside ``output_dir`` (symlinks and ``..`` resolved) is refused before
@@ -47,18 +47,45 @@ def _checkpoint(folder: Path) -> Path:
 DANGEROUS = ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PATH", "BASH_ENV", "WANDB_BASE_URL",
              "OPENAI_BASE_URL", "HF_ENDPOINT", "AWS_ENDPOINT_URL", "HTTPS_PROXY", "https_proxy", "REQUESTS_CA_BUNDLE",
              "SSL_CERT_FILE", "GIT_SSH_COMMAND", "NCCL_NET_PLUGIN", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "CC"]
+# What the blocklist let through (issue "Security II", item 1): each sends the run's tokens elsewhere, runs a
+# program, binds an address or makes the run trust files a recipe names -- all passed on main, refused now
+BYPASSES = ["WANDB_CONFIG_DIR", "WINNOW_VLLM_PYTHON", "VLLM_HOST_IP", "HOME", "XDG_CONFIG_HOME",
+            "XDG_CACHE_HOME", "HF_HOME", "HF_TOKEN_PATH", "HF_MODULES_CACHE", "TMPDIR", "TORCH_EXTENSIONS_DIR",
+            "TORCHINDUCTOR_CACHE_DIR", "NCCL_CONF_FILE", "CUDA_HOME", "NVCC_PREPEND_FLAGS", "TRITON_CACHE_DIR",
+            "TRITON_LIBCUDA_PATH", "GCONV_PATH", "BASH_FUNC_ls%%", "WANDB_HTTPS_PROXY", "WANDB_API_KEY",
+            "MLFLOW_TRACKING_URI", "OPENAI_API_BASE", "tokenizers_parallelism"]
 HARMLESS = ["TOKENIZERS_PARALLELISM", "OMP_NUM_THREADS", "NCCL_DEBUG", "NCCL_P2P_DISABLE", "WANDB_PROJECT",
-            "WANDB_MODE", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "PYTORCH_CUDA_ALLOC_CONF"]
+            "WANDB_MODE", "WANDB_NAME", "WANDB_TAGS", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE",
+            "PYTORCH_CUDA_ALLOC_CONF"]
 
 
-@pytest.mark.parametrize("key", DANGEROUS)
-def test_every_dangerous_env_key_is_in_the_table(key):
-    assert key in checks.unsafe_env_keys({key: "x"})
+@pytest.mark.parametrize("key", DANGEROUS + BYPASSES)
+def test_every_variable_but_a_runtime_knob_is_refused(key):
+    assert checks.unsafe_env_keys({key: "x"}) == [key]
 
 
 @pytest.mark.parametrize("key", HARMLESS)
-def test_runtime_knobs_are_not_in_the_table(key):
-    assert checks.unsafe_env_keys({key: "x"}) == {}
+def test_runtime_knobs_are_allowed(key):
+    assert checks.unsafe_env_keys({key: "x"}) == []
+
+
+def test_a_program_named_by_the_recipes_env_does_not_run_under_dry_run(tmp_path, monkeypatch):
+    """The bypass that ran code: in server mode the preflight (launch/train.py --dry-run) asks the interpreter
+    ``WINNOW_VLLM_PYTHON`` names for its vLLM version. From a recipe's env it is refused first; the program never
+    runs."""
+    from trainer.tools import preflight
+
+    marker = tmp_path / "ran"
+    program = tmp_path / "not-python"
+    program.write_text(f"#!/bin/sh\ntouch {marker}\necho 0.31.0\n")
+    program.chmod(0o755)
+    monkeypatch.delenv("WINNOW_VLLM_PYTHON", raising=False)
+    recipe = _recipe(tmp_path, env={"WINNOW_VLLM_PYTHON": str(program)}, use_vllm=True, vllm_mode="server",
+                     max_prompt_tokens=64)
+    report = preflight.run(["--config", str(recipe)])
+    lines = report.render()
+    assert report.failed and "env: the recipe sets WINNOW_VLLM_PYTHON" in lines, lines
+    assert not marker.exists() and "WINNOW_VLLM_PYTHON" not in os.environ
 
 
 def test_unsafe_env_is_refused_before_environ_changes(tmp_path, monkeypatch):

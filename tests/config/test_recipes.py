@@ -426,7 +426,7 @@ def resolved(path: Path, *extra: str) -> dict:
         "optimizer_steps_per_generation": args.steps_per_generation * args.num_iterations
                                           / args.gradient_accumulation_steps,
         "rollouts_per_optimizer_step": per_micro_step * args.gradient_accumulation_steps,
-        "micro_batch_rows": args.per_device_train_batch_size,  # one process's micro-batch: what bnpo's token mean spans
+        "micro_batch_rows": args.per_device_train_batch_size,  # a process's micro-batch: what bnpo's token mean spans
         "num_generations": args.num_generations,
         "learning_rate": args.learning_rate,
         "lr_scheduler_type": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),

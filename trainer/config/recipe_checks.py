@@ -12,7 +12,6 @@ to resume from outside ``output_dir`` (a resume unpickles it) -- each allowed on
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import importlib
 import importlib.util
@@ -99,53 +98,63 @@ def check_output_dir(output_dir: str, resume: Any, overwrite: bool) -> None:
         )
 
 
-# Keys of a recipe's ``env:`` refused without --allow_unsafe_env (fnmatch patterns, matched upper-cased). ``env:`` is
-# for runtime knobs (TOKENIZERS_PARALLELISM, OMP_NUM_THREADS, NCCL_DEBUG, WANDB_PROJECT); these instead decide which
-# code runs, which host the run talks to (with its tokens) or which certificates it trusts. A list, not a sandbox:
-# a recipe is code anyway (import_modules, dotted reward paths, trust_remote_code).
-UNSAFE_ENV = {
-    "LD_*": "the dynamic loader loads the library it names into every process started after (LD_PRELOAD, LD_AUDIT)",
-    "DYLD_*": "macOS's dynamic loader, as LD_*",
-    # all of them, the harmless PYTHONHASHSEED too (set that one in the shell): PYTHONWARNINGS imports a module
-    "PYTHON*": "decides what code every Python child runs (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME, PYTHONBREAKPOINT)",
-    "PATH": "decides which executable a bare name starts (python, g++, git)",
-    "BASH_ENV": "a file every non-interactive bash sources first",
-    "CC": "the C compiler Triton runs to build its kernels' launchers",
-    "CXX": "the C++ compiler torch.compile (inductor) runs",
-    "*_BASE_URL": "sends a client's requests and API key to another host (WANDB_BASE_URL, OPENAI_BASE_URL)",
-    "*ENDPOINT*": "downloads models and data from, and sends tokens to, another host (HF_ENDPOINT, AWS_ENDPOINT_URL)",
-    "HTTP_PROXY": "routes HTTP traffic, tokens included, through another host",
-    "HTTPS_PROXY": "routes HTTPS traffic through another host",
-    "ALL_PROXY": "routes all traffic through another host",
-    "*CA_BUNDLE": "trusts another certificate authority, which can then read HTTPS traffic (REQUESTS_CA_BUNDLE)",
-    "SSL_CERT_*": "trusts other certificates, which can then read HTTPS traffic",
-    "GIT_*": "git runs the commands its environment names (GIT_SSH_COMMAND, GIT_CONFIG_* core.fsmonitor), and W&B "
-    "runs git in the working tree",
-    "NCCL_*PLUGIN*": "NCCL loads the shared library it names (NCCL_NET_PLUGIN); NCCL's tuning knobs stay allowed",
-    "*WEIGHTS_ONLY*": "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD makes every torch.load unpickle arbitrary objects",
-    "*TRUST_REMOTE_CODE*": "runs a hub repository's Python code (HF_DATASETS_TRUST_REMOTE_CODE)",
+# What a recipe's ``env:`` may set without --allow_unsafe_env: runtime knobs only, by exact name, each with what it
+# tunes. An allowlist, because every other variable can decide
+# which code runs (LD_PRELOAD, PYTHONPATH, CC, WINNOW_VLLM_PYTHON, NVCC_PREPEND_FLAGS, GCONV_PATH, BASH_FUNC_*), which
+# host the run talks to with its tokens (WANDB_BASE_URL, a WANDB_CONFIG_DIR whose settings name a base_url, proxies,
+# OPENAI_API_BASE, MLFLOW_TRACKING_URI), which files it trusts (HOME, XDG_*, HF_HOME, HF_TOKEN_PATH, TMPDIR, the
+# compile caches, NCCL_CONF_FILE, CA bundles) or which address it binds (VLLM_HOST_IP), and new ones appear with every
+# library release. Case-sensitive: ``https_proxy`` is another variable than ``HTTPS_PROXY``, and neither is listed.
+ALLOWED_ENV = {
+    # threads of the numeric libraries and of the tokenizers
+    "OMP_NUM_THREADS": "threads", "MKL_NUM_THREADS": "threads", "OPENBLAS_NUM_THREADS": "threads",
+    "NUMEXPR_NUM_THREADS": "threads", "RAYON_NUM_THREADS": "threads", "TOKENIZERS_PARALLELISM": "threads",
+    # NCCL's logging and transport tuning (no file, library or interface: NCCL_CONF_FILE, NCCL_NET_PLUGIN,
+    # NCCL_SOCKET_IFNAME stay out) and torch's collective watchdog
+    "NCCL_DEBUG": "logging", "NCCL_DEBUG_SUBSYS": "logging", "NCCL_P2P_DISABLE": "transport",
+    "NCCL_P2P_LEVEL": "transport", "NCCL_IB_DISABLE": "transport", "NCCL_SHM_DISABLE": "transport",
+    "NCCL_NVLS_ENABLE": "transport", "NCCL_CUMEM_ENABLE": "transport", "NCCL_ALGO": "transport",
+    "NCCL_PROTO": "transport", "NCCL_MIN_NCHANNELS": "transport", "NCCL_MAX_NCHANNELS": "transport",
+    "NCCL_BUFFSIZE": "transport", "NCCL_ASYNC_ERROR_HANDLING": "watchdog",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "watchdog", "TORCH_NCCL_BLOCKING_WAIT": "watchdog",
+    "TORCH_NCCL_ENABLE_MONITORING": "watchdog",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "watchdog",
+    # devices, allocator, determinism and debugging output of torch / CUDA
+    "CUDA_VISIBLE_DEVICES": "devices", "CUDA_DEVICE_ORDER": "devices", "CUDA_LAUNCH_BLOCKING": "debugging",
+    "PYTORCH_CUDA_ALLOC_CONF": "allocator", "PYTORCH_ALLOC_CONF": "allocator",
+    "CUBLAS_WORKSPACE_CONFIG": "determinism",
+    "TORCH_DISTRIBUTED_DEBUG": "logging", "TORCH_CPP_LOG_LEVEL": "logging", "TORCH_SHOW_CPP_STACKTRACES": "logging",
+    "DS_ACCELERATOR": "devices",
+    # W&B: which project and run, how it is labelled, whether it is online (never where it is sent, nor the key)
+    "WANDB_PROJECT": "tracking", "WANDB_NAME": "tracking", "WANDB_TAGS": "tracking", "WANDB_NOTES": "tracking",
+    "WANDB_RUN_GROUP": "tracking", "WANDB_JOB_TYPE": "tracking", "WANDB_MODE": "tracking", "WANDB_SILENT": "tracking",
+    "WANDB_CONSOLE": "tracking", "WANDB_WATCH": "tracking",
+    # offline switches and the libraries' own verbosity
+    "HF_HUB_OFFLINE": "offline", "TRANSFORMERS_OFFLINE": "offline", "HF_DATASETS_OFFLINE": "offline",
+    "HF_HUB_DISABLE_TELEMETRY": "offline", "HF_HUB_DISABLE_PROGRESS_BARS": "logging",
+    "TRANSFORMERS_VERBOSITY": "logging",
+    "DATASETS_VERBOSITY": "logging", "ACCELERATE_LOG_LEVEL": "logging", "VLLM_LOGGING_LEVEL": "logging",
+    "TRL_EXPERIMENTAL_SILENCE": "logging",
 }
 
 
-def unsafe_env_keys(env: dict) -> dict[str, str]:
-    """The keys of ``env`` that :data:`UNSAFE_ENV` refuses, each with why."""
-    found = {}
-    for key in env:
-        pattern = next((p for p in UNSAFE_ENV if fnmatch.fnmatchcase(str(key).upper(), p)), None)
-        if pattern:
-            found[str(key)] = UNSAFE_ENV[pattern]
-    return found
+def unsafe_env_keys(env: dict) -> list[str]:
+    """The keys of ``env`` that a recipe may not set without --allow_unsafe_env (not in :data:`ALLOWED_ENV`)."""
+    return [str(key) for key in env if str(key) not in ALLOWED_ENV]
 
 
 def check_env(env: dict, allow_unsafe: bool) -> None:
-    """Refuse a recipe's ``env:`` that sets a variable of :data:`UNSAFE_ENV` unless the command line opted in."""
+    """Refuse a recipe's ``env:`` that sets anything but a runtime knob of :data:`ALLOWED_ENV` unless the command
+    line opted in."""
     unsafe = unsafe_env_keys(env)
     if unsafe and not allow_unsafe:
-        why = "; ".join(f"{key}: {reason}" for key, reason in unsafe.items())
         raise RecipeError(
-            "env", f"the recipe sets what only a trusted recipe may: {why}",
-            f"remove {'it' if len(unsafe) == 1 else 'them'} from the recipe's env, or, only if you trust this "
-            "recipe, pass --allow_unsafe_env true on the command line",
+            "env", f"the recipe sets {', '.join(unsafe)}: a recipe's env may set only runtime knobs (threads, NCCL "
+            "logging and transport, devices, the allocator, W&B project/name/tags/mode, offline switches, "
+            "verbosity: ALLOWED_ENV in trainer/config/recipe_checks.py, docs/security.md); any other variable can "
+            "decide which code runs, where the run's tokens go or which files it trusts",
+            f"set {'it' if len(unsafe) == 1 else 'them'} in your shell instead, or, only if you trust this recipe, "
+            "pass --allow_unsafe_env true on the command line",
         )
 
 

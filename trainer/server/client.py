@@ -111,6 +111,10 @@ class WeightVersion:
         """The header of a sync's closing ``/reset_prefix_cache``: the version it completes."""
         return {VERSION_HEADER: str(self.synced + 1)}
 
+    def sync_completed(self) -> None:
+        """Count a sync whose closing ``/reset_prefix_cache`` the server answered 200."""
+        self.synced += 1
+
     def check(self, url: str, response: Any, expected: int) -> None:
         """Raise :class:`GenerationServerError` when a generation answer was made by other weights than version
         ``expected`` (the count when the request was sent)."""
@@ -340,7 +344,7 @@ class HardenedAdapter(HTTPAdapter):
                 f"{method} answered HTTP {status} after {time.monotonic() - start:.1f}s ({settings.describe()}); "
                 f"body: {response.text[:300]!r}"), hint)
         if path.endswith("/reset_prefix_cache"):
-            self.versions.synced += 1
+            self.versions.sync_completed()
         elif path.endswith(GENERATION_PATHS):
             self.versions.check(url, response, expected)
         return response

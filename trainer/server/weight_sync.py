@@ -176,7 +176,7 @@ class VersionedSync:
         versions = weight_version_of(self.generation.vllm_client)  # the version the server's answers must carry
         post_once(self.base_url, "/reset_prefix_cache", None, self.timeout, "reset_prefix_cache",
                   headers=versions.reset_headers())
-        versions.synced += 1
+        versions.sync_completed()
         loaded = time.perf_counter()
         self.folders.prune()
         return {"weight_sync/seconds": loaded - start, "weight_sync/write_seconds": written - start,
