@@ -43,10 +43,30 @@ def test_server_command_binds_one_interface_through_the_guard(device):
     assert env["WINNOW_SERVER_WEIGHTS_DIR"] == "/shared/sync"
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", ""])
+# the last four bound every interface on main (issue "Security II", item 5): the check compared the string
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "", "*", "0", "0.0", "0x0", "::0", "0:0::0", "000.0.0.0"])
 def test_wildcard_bind_is_refused(host):
     with pytest.raises(ValueError, match="every interface"):
         vs.build_command("/models/tiny", device="cpu", host=host, allow_from="node1", python="/nonexistent/python")
+
+
+@pytest.mark.parametrize("extra", [["--host", "0.0.0.0"], ["--host=0.0.0.0"], ["--enable-prefix-caching", "--host",
+                                                                               "127.0.0.1"]])
+def test_a_host_after_the_separator_is_refused(extra):
+    """vLLM binds the last --host it is given: one among the extra arguments would override the checked one."""
+    with pytest.raises(ValueError, match="--host among the extra vLLM arguments"):
+        vs.build_command("/models/tiny", device="cpu", python="/nonexistent/python", extra_args=extra)
+    out = subprocess.run([sys.executable, str(REPO / "launch" / "vllm_server.py"), "--model", "Qwen/Qwen3-0.6B",
+                          "--device", "cpu", "--python", sys.executable, "--dry-run", "--", *extra],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--host among the extra vLLM arguments" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
+def test_loopback_binds_need_no_admitted_host(host):
+    argv, _ = vs.build_command("/models/tiny", device="cpu", host=host, python="/nonexistent/python",
+                               vllm_version="0.31.0")
+    assert argv[argv.index("--host") + 1] == host
 
 
 def test_routable_bind_must_name_the_training_hosts():
@@ -148,11 +168,13 @@ def test_the_trainers_routes_pass_unchanged():
 
 
 def test_weight_transfer_rendezvous_must_be_an_allowed_host():
-    """The server's workers join the TCPStore at master_address and unpickle from it: only a trainer host may be it."""
+    """The server's workers join the TCPStore at master_address and unpickle from it: only a trainer host may be it,
+    named by its IP address -- a host name (``localhost`` passed on main) is resolved again when the workers join and
+    could point elsewhere by then (DNS rebinding)."""
     app = App()
     g = guard.RouteGuard(app, allow_from="10.1.0.0/16", weights_dir="")
-    for address, want in (("10.1.3.4", 200), ("127.0.0.1", 200), ("localhost", 200), ("203.0.113.9", 403),
-                          ("", 403), (None, 403)):
+    for address, want in (("10.1.3.4", 200), ("127.0.0.1", 200), ("::1", 200), ("localhost", 403),
+                          ("203.0.113.9", 403), ("", 403), (None, 403)):
         body = {"init_info": {"master_address": address, "master_port": 51216, "world_size": 2}}
         status, reply = call(g, "POST", "/init_weight_transfer_engine", client="10.1.3.4", body=body)
         assert status == want, (address, reply)

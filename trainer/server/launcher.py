@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -74,10 +76,23 @@ SERVER_RESERVE_GIB = 4.0
 GIB = 2**30
 
 
+def is_wildcard(host: str) -> bool:
+    """Whether binding ``host`` listens on every interface: empty or ``*``, or any name or spelling the resolver turns
+    into the unspecified address, as the server's bind does (``0``, ``0.0``, ``0x0``, ``::0``, ``0:0::0``, a host
+    name mapped to 0.0.0.0)."""
+    if host.strip() in WILDCARD_HOSTS:
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):  # unresolvable: the server cannot bind it either
+        return False
+    return any(ipaddress.ip_address(info[4][0].split("%")[0]).is_unspecified for info in infos)
+
+
 def bind_problem(host: str, allow_from: str) -> str | None:
     """Why the server must not bind ``host`` admitting ``allow_from`` (None when it may): a wildcard reaches every
     network the node is on; a routable address with no admitted host would refuse the trainers."""
-    if host in WILDCARD_HOSTS:
+    if is_wildcard(host):
         return (f"host={host!r} would bind every interface, and anyone who reaches the port could use the dev "
                 "endpoints; bind 127.0.0.1, or this node's address on the job's internal network with allow_from "
                 "(--allow-from) naming the training hosts (docs/security.md)")
@@ -180,13 +195,17 @@ def build_command(model: str, *, device: str = "gpu", host: str = "127.0.0.1", p
     (parallel sizes > 1 on CPU raise ValueError; the utilization is ignored there). ``lora_rank`` enables runtime
     LoRA hot-swap, rounded up to a rank vLLM accepts. ``max_num_seqs`` (GPU only; :func:`sized_max_num_seqs`) bounds
     the sequences the server runs at once. ``vllm_version`` (default: read from ``python``) decides the
-    version-dependent flags as TRL does. ``extra_args`` are appended verbatim.
+    version-dependent flags as TRL does. ``extra_args`` are appended verbatim, except a ``--host`` among them (vLLM
+    would bind the last one given, past the checks above): ValueError.
     """
     if device == "auto":
         device = detect_device()
     if device not in ("gpu", "cpu"):
         raise ValueError(f"device={device!r}: expected 'gpu', 'cpu' or 'auto'")
     python = python or os.environ.get("WINNOW_VLLM_PYTHON") or default_python(device)
+    if any(arg == "--host" or str(arg).startswith("--host=") for arg in extra_args):
+        raise ValueError("--host among the extra vLLM arguments (after --) would override the checked bind address; "
+                         "pass it to the launcher as --host instead")
     problem = bind_problem(host, allow_from)
     if problem:
         raise ValueError(problem)

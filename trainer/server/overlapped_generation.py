@@ -206,7 +206,7 @@ class OverlappedGeneration:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{folder} holds no {CHECKPOINT_FILE}: it was written with max_staleness 0, and "
                                     "its run generated no batch ahead; resume it with max_staleness: 0")
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)  # token ids, log-probs, counters: no code
         if self.dynamic_sampling:
             self._fill_ahead().load_state_dict(state.pop("dynamic_sampling_ahead", {"consumed": 0}))
         self.queue.load_state_dict(state)

@@ -14,7 +14,8 @@ Rules (every refusal is HTTP 403 with a one-line reason, and logged):
   ``WINNOW_SERVER_ALLOW_FROM`` (comma-separated host names, IP addresses or CIDR networks, resolved once at start).
 * Only the routes in :data:`ROUTES` (what TRL 1.16's ``VLLMClient`` and winnow's disk/LoRA sync call) are served.
 * ``/init_weight_transfer_engine``: the ``master_address`` the server's workers will join (and unpickle from) must be
-  an allowed client, so nobody can point them at a rendezvous of their own.
+  the IP address of an allowed client, so nobody can point them at a rendezvous of their own (a host name is refused:
+  it is resolved again when the workers join, and could name another host by then).
 * ``/collective_rpc``: only ``reload_weights`` (winnow's disk sync), with no argument but ``weights_path``.
 * ``weights_path`` and ``lora_path`` must lie under ``WINNOW_SERVER_WEIGHTS_DIR`` when it is set.
 
@@ -94,6 +95,15 @@ def allowed(address: str, networks: list) -> bool:
     return False
 
 
+def _ip_literal(address: str) -> bool:
+    """Whether ``address`` is an IP address as written (no host name: the workers resolve it again when they join)."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return True
+
+
 def _under(path: object, root: str | None) -> bool:
     """Whether ``path`` lies inside ``root`` once both are resolved (True when no root is configured)."""
     if root is None:
@@ -109,7 +119,9 @@ def body_problem(path: str, body: dict, networks: list, weights_dir: str | None)
     if path == "/init_weight_transfer_engine":
         info = body.get("init_info")
         address = info.get("master_address") if isinstance(info, dict) else None
-        if not isinstance(address, str) or not allowed(address, networks):
+        if not isinstance(address, str) or not _ip_literal(address):  # a name could resolve elsewhere later
+            return f"master_address {address!r} is not an IP address (TRL's client sends its own: get_ip())"
+        if not allowed(address, networks):
             return f"master_address {address!r} is not an allowed client ({ALLOW_FROM_ENV})"
     elif path == "/collective_rpc":
         method, kwargs = body.get("method"), body.get("kwargs") or {}
