@@ -124,11 +124,6 @@ class TaskArguments(DatasetFields, EnvTaskFields):
                   "is named run_name, logs this whole recipe as its config, and a resume continues it "
                   "(trainer/tools/wandb_run.py)."},
     )
-    overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "Start over in an output_dir that holds a run: its contents are deleted before training. "
-                  "Without it (and without resume_from_checkpoint) such a folder is refused, so no run is lost."},
-    )
     import_modules: list[str] = field(
         default_factory=list,
         metadata={"help": "Python modules imported before the recipe is checked, e.g. [my_pkg.stages]: a module that "
@@ -152,6 +147,13 @@ class TaskArguments(DatasetFields, EnvTaskFields):
         default=False, init=False,
         metadata={"help": "Resume from a checkpoint folder outside output_dir. Resuming unpickles the checkpoint "
                   "(it can run any code): command line only, for a checkpoint you trust."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False, init=False,
+        metadata={"help": "Start over in an output_dir that holds a run: what a run writes there (checkpoints, "
+                  "metrics, the saved model, recipe.resolved.yaml, ...) is deleted before training, anything else is "
+                  "kept. Without it (and without resume_from_checkpoint) such a folder is refused, so no run is lost. "
+                  "Command line only: a recipe cannot decide to delete a folder."},
     )
 
     def __post_init__(self) -> None:
@@ -217,7 +219,7 @@ drops accelerate's own CalledProcessError traceback that follows the line.
 RUN_FIELDS = ("output_dir", "overwrite_output_dir", "resume_from_checkpoint", "model_name_or_path", "import_modules",
               "launch_processes", "max_steps", "num_train_epochs", "seed", "report_to", "wandb_project", "run_name")
 # TaskArguments' opt-ins that only the command line may give (see the fields).
-CLI_ONLY = ("allow_unsafe_env", "allow_external_checkpoint")
+CLI_ONLY = ("allow_unsafe_env", "allow_external_checkpoint", "overwrite_output_dir")
 CLASSES = (TaskArguments, WinnowConfig, ModelConfig)
 
 

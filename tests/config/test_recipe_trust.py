@@ -229,8 +229,52 @@ def test_checkpoint_inside_output_dir_is_accepted(tmp_path, monkeypatch, spellin
     checks.check_resume(args.output_dir, args.resume_from_checkpoint, task.allow_external_checkpoint)
 
 
+@pytest.mark.parametrize("resume", ["true", "latest", "auto"])
+def test_latest_checkpoint_symlinked_outside_is_refused(tmp_path, resume):
+    """``true``/``auto`` resume the checkpoint-N HF's get_last_checkpoint picks in output_dir: a symlink named like
+    one (a newer step than the run's own) pointing outside was followed on main; it is refused as a path would be."""
+    _checkpoint(tmp_path / "out" / "checkpoint-3")
+    (tmp_path / "out" / "checkpoint-9").symlink_to(_outside(tmp_path), target_is_directory=True)
+    with pytest.raises(ConfigError, match="^resume_from_checkpoint: .*checkpoint-9 lies outside output_dir"):
+        parse_recipe(["--config", str(_recipe(tmp_path)), "--resume_from_checkpoint", resume])
+    _, args, _ = parse_recipe(["--config", str(_recipe(tmp_path)), "--resume_from_checkpoint", resume,
+                               "--allow_external_checkpoint", "true"])
+
+
 @pytest.mark.parametrize("resume", ["true", "latest"])
 def test_latest_checkpoint_of_output_dir_needs_no_opt_in(tmp_path, resume):
     _checkpoint(tmp_path / "out" / "checkpoint-3")
     _, args, _ = parse_recipe(["--config", str(_recipe(tmp_path)), "--resume_from_checkpoint", resume])
     checks.check_resume(args.output_dir, args.resume_from_checkpoint)
+
+
+# --- overwrite_output_dir ------------------------------------------------------------------------------------------
+
+def test_a_recipe_cannot_decide_to_delete_its_output_dir(tmp_path):
+    """On main a recipe's ``overwrite_output_dir: true`` emptied any folder that held no run (a user's notes and
+    keys with it); it is a command-line decision now, refused in the recipe before anything else runs."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="^overwrite_output_dir: a recipe cannot"):
+        parse_recipe(["--config", str(_recipe(tmp_path, overwrite_output_dir=True))])
+    task, _, _ = parse_recipe(["--config", str(_recipe(tmp_path)), "--overwrite_output_dir", "true"])
+    assert task.overwrite_output_dir and (out / "notes.txt").read_text() == "mine"
+
+
+def test_overwrite_deletes_only_what_a_run_writes(tmp_path):
+    """A run's checkpoints, metrics, saved model and resolved recipe go; a user's files, a sub-folder and a symlink's
+    target stay (the link itself is removed, never followed)."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    _checkpoint(out / "checkpoint-3")
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("keep")
+    (out / "checkpoint-7").symlink_to(elsewhere, target_is_directory=True)
+    for name in ("metrics.jsonl", "metrics.png", "recipe.resolved.yaml", "wandb_run_id", "model.safetensors",
+                 "config.json", "tokenizer.json", "training_args.bin", "README.md", "notes.txt"):
+        (out / name).write_text("x")
+    (out / "sub").mkdir()
+    (out / "sub" / "id_rsa").write_text("key")
+    kept = checks.clear_output_dir(str(out))
+    assert kept == ["notes.txt", "sub"] and sorted(p.name for p in out.iterdir()) == ["notes.txt", "sub"]
+    assert (out / "sub" / "id_rsa").read_text() == "key" and (elsewhere / "precious").read_text() == "keep"

@@ -33,7 +33,8 @@ OPEN_R1_RENAMED = {
     "max_prompt_length": ("max_prompt_tokens", 512),  # winnow drops longer prompts instead of truncating them
     "warmup_ratio": ("warmup_steps", 0.1),  # transformers 5's name: a float < 1 is a ratio of the steps
 }
-OPEN_R1_DROPPED = ("vllm_device",)  # not a TRL 1.16 field
+# vllm_device: not a TRL 1.16 field; overwrite_output_dir: winnow's, command line only (a recipe cannot delete)
+OPEN_R1_DROPPED = ("vllm_device", "overwrite_output_dir")
 OPEN_R1_CHANGED = {
     "dataset_prompt_column": "problem",  # open-r1's default; winnow's default uses a ready `prompt` column, as TRL
     "attn_implementation": "sdpa",  # flash_attention_2 needs flash-attn (CUDA)
@@ -79,7 +80,7 @@ def offline_wandb(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("name, first_line", [
     ("trl_docs_grpo.yaml", "error: recipe: Your setup doesn't support bf16/gpu"),
-    ("open_r1_config_demo.yaml", "error: torch_dtype: is the old name of TRL's ModelConfig.dtype"),
+    ("open_r1_config_demo.yaml", "error: overwrite_output_dir: a recipe cannot opt itself in"),
 ])
 def test_as_written_each_recipe_stops_at_one_line_before_weights_load(name, first_line, tmp_path, capsys,
                                                                        monkeypatch):

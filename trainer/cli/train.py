@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         args.run_name = args.run_name or wandb_run.default_run_name(args.output_dir)
         inputs = prepare_run(task, args, model_args)
         if task.overwrite_output_dir:
-            clear_output_dir(args.output_dir)
+            kept = clear_output_dir(args.output_dir)
+            if kept:
+                logger.info("overwrite_output_dir: kept %s in %s (no run writes them)", ", ".join(kept[:8]),
+                            args.output_dir)
         logger.info("training %s on %s with rewards %s, %s; run folder %s", model_args.model_name_or_path,
                     task.dataset_name, ", ".join(getattr(task, "reward_entries", task.reward_funcs)),
                     method_text(args), Path(args.output_dir).resolve())

@@ -159,11 +159,17 @@ def check_env(env: dict, allow_unsafe: bool) -> None:
 
 
 def check_checkpoint_location(output_dir: str, resume: Any, allow_external: bool) -> None:
-    """A resume from a folder (not ``true``/``latest``/``auto``) must lie inside ``output_dir``, symlinks and ``..``
-    resolved: resuming unpickles the checkpoint's files (DeepSpeed's ``*_states.pt``, ``weights_only=False``), so
-    only the run's own checkpoints load unless the command line opted in."""
-    if allow_external or not resume_requested(resume) or resumes_latest(resume) or resumes_if_any(resume):
+    """The checkpoint a resume loads must lie inside ``output_dir``, symlinks and ``..`` resolved: resuming unpickles
+    the checkpoint's files (DeepSpeed's ``*_states.pt``, ``weights_only=False``), so only the run's own checkpoints
+    load unless the command line opted in. For ``true``/``latest``/``auto`` that is the ``checkpoint-N`` folder HF's
+    ``get_last_checkpoint`` picks there, resolved: a symlink named like one may point anywhere."""
+    if allow_external or not resume_requested(resume):
         return
+    if resumes_latest(resume) or resumes_if_any(resume):
+        latest = get_last_checkpoint(output_dir) if Path(output_dir).expanduser().is_dir() else None
+        if latest is None:
+            return  # nothing to load (a fresh start, or the resume's own "no checkpoint" error)
+        resume = latest
     checkpoint = Path(str(resume)).expanduser().resolve()
     folder = Path(output_dir).expanduser().resolve()
     if not checkpoint.is_relative_to(folder):
@@ -225,16 +231,30 @@ def check_resume(output_dir: str, resume: Any, allow_external: bool = False) -> 
                           "pass a checkpoint-N folder of a run, or true for the latest one in output_dir")
 
 
-def clear_output_dir(output_dir: str) -> None:
-    """``overwrite_output_dir``: empty the folder (main process only) so the new run starts clean."""
+# What a run writes at the top of output_dir (HF's save_model and checkpoints, TRL's model card, winnow's own files):
+# all that --overwrite_output_dir deletes. Anything else there (a user's notes, keys, data) is kept.
+_WRITTEN_BY_A_RUN = re.compile(
+    r"^(checkpoint-\d+|model.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?|adapter_(model|config)"
+    r"\..*|config\.json|generation_config\.json|tokenizer.*|special_tokens_map\.json|added_tokens\.json|vocab\.json|"
+    r"merges\.txt|chat_template\..*|training_args\.bin|trainer_state\.json|(all|train|eval)_results\.json|README\.md|"
+    r"metrics\.(jsonl|png)|recipe\.resolved\.yaml|wandb_run_id|weight_sync|winnow_.*|runs)$")
+
+
+def clear_output_dir(output_dir: str) -> list[str]:
+    """``overwrite_output_dir``: delete what a run wrote in the folder (main process only; a symlink is removed, never
+    followed) so the new run starts clean; returns the names of the entries kept (written by no run)."""
     folder = Path(output_dir)
     if not is_main_process() or not folder.is_dir():
-        return
-    for entry in folder.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
+        return []
+    kept = []
+    for entry in sorted(folder.iterdir()):
+        if not _WRITTEN_BY_A_RUN.match(entry.name):
+            kept.append(entry.name)
+        elif entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
         else:
             entry.unlink()
+    return kept
 
 
 def check_model_path(field_name: str, name: str | None, aliases: Sequence[str], revision: str | None = None) -> None:
