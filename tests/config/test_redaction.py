@@ -34,6 +34,9 @@ CPU = {"output_dir": "/tmp/winnow-redaction-test", "use_cpu": True, "bf16": Fals
     "password", "db_password", "passwd", "secret", "client_secret", "authorization", "Authorization", "http_auth",
     "credentials", "cookie", "api_key", "apiKey", "api-key", "wandb_api_key", "OPENAI_API_KEY", "access_key",
     "aws_secret_access_key", "secret_key", "private_key", "accessToken",
+    # missed on main (issue "Security II", item 2)
+    "apikey", "APIKey", "api_keys", "secrets", "authorization_header", "pwd", "pass", "passphrase", "private_key_pem",
+    "private_key_path", "ssh_key", "GITHUB_PAT", "session_id", "X-Amz-Signature",
 ])
 def test_secret_keys(key):
     assert is_secret_key(key)
@@ -43,7 +46,8 @@ def test_secret_keys(key):
     "max_new_tokens", "max_completion_length", "pad_token", "eos_token", "bos_token", "unk_token", "mask_token",
     "pad_token_id", "eos_token_id", "stop_token_ids", "top_k", "num_tokens", "tokenizer_name_or_path", "key",
     "reward_key", "question_key", "score_key", "checkpoint_key", "state_key", "keys", "tokens", "token_ids",
-    "average_tokens_across_devices", "turn_max_tokens", "hub_model_id", "keyword", "monkey", 3, None,
+    "average_tokens_across_devices", "turn_max_tokens", "hub_model_id", "keyword", "monkey", "passes", "bypass",
+    "session", "header", "num_iterations", "trackio_space_id", 3, None,
 ])
 def test_non_secret_keys(key):
     assert not is_secret_key(key)
@@ -89,7 +93,17 @@ def test_nested_dicts_and_lists_are_redacted_and_the_input_is_untouched():
     ("vLLM server http://u:p@h:8000 not up; see http://docs/x@y", "vLLM server http://***@h:8000 not up; see "
      "http://docs/x@y"),  # an '@' in a path is not user-info
     ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
-    ("http://h/x?max_new_tokens=5&key=3&token=", "http://h/x?max_new_tokens=5&key=3&token="),
+    ("http://h/x?max_new_tokens=5&key=3&token=", "http://h/x?max_new_tokens=5&key=***&token="),
+    # what the rule missed on main (issue "Security II", item 2): one-word secret parameters, signed URLs, passwords
+    # holding '/', '?', '#' or a quote, and HTTP credentials written into text
+    ("http://h/x?apikey=a&sig=b&X-Amz-Signature=c&X-Amz-Date=d", "http://h/x?apikey=***&sig=***&X-Amz-Signature=***"
+     "&X-Amz-Date=d"),
+    ("http://user:pa/ss@host:8000/v1", "http://***@host:8000/v1"),
+    ("http://user:p?a#s@host", "http://***@host"),
+    ("'http://user:it's@host'", "'http://***@host'"),
+    ("curl -H 'Authorization: Bearer sk-abcdef123456'", "curl -H 'Authorization: Bearer ***'"),
+    ("Authorization: Basic YXBpOnNlY3JldGtleTEyMzQ=", "Authorization: Basic ***"),
+    ("Basic usage: pass a recipe", "Basic usage: pass a recipe"),
     ("user:pass@host", "user:pass@host"),  # not a URL
     ("a=b&token=c", "a=b&token=c"),
 ])
@@ -287,3 +301,19 @@ def test_server_wait_logs_carry_no_password(caplog):
         wait_for_server(f"nohttp://u:{SECRET}@127.0.0.1:9", total_timeout=0.3, retry_interval=0.1)
     assert "not up yet" in caplog.text and "nohttp://***@127.0.0.1:9" in caplog.text
     assert SECRET not in caplog.text and SECRET not in str(error.value)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--hub_token", SECRET, "--model", "m"], ["--hub_token", REDACTED, "--model", "m"]),
+    (["--hf-token=" + SECRET, "--api-key", "k", "--max_new_tokens", "5"],
+     ["--hf-token=" + REDACTED, "--api-key", REDACTED, "--max_new_tokens", "5"]),
+    (["--vllm_server_base_url", "http://user:p w/d@10.0.0.2:8000"], ["--vllm_server_base_url", "http://***@10.0.0.2:8000"]),
+    (["--", "--enable-prefix-caching"], ["--", "--enable-prefix-caching"]),
+])
+def test_a_command_line_is_redacted_flag_by_flag(argv, expected):
+    """W&B records sys.argv and the launcher logs its command line (issue "Security II", item 2): a secret flag's
+    value, given as the next argument or after '=', is hidden, and a URL argument is read whole (its password may
+    hold spaces)."""
+    from trainer.config.redaction import redact_argv
+
+    assert redact_argv(argv) == expected

@@ -307,3 +307,31 @@ def test_a_run_refused_in_train_marks_its_wandb_run_failed(tmp_path, capsys, mon
     records = _read_records(log.read_bytes(), wandb_internal_pb2)
     [exit_record] = [r.exit for r in records if r.WhichOneof("record_type") == "exit"]
     assert exit_record.exit_code == 1
+
+
+def test_wandb_records_the_redacted_command_line(tmp_path, monkeypatch):
+    """W&B records sys.argv in its run file (issue "Security II", item 2: ``--hub_token`` and a password in
+    ``--vllm_server_base_url`` reached run-*.wandb on main). During the run sys.argv is the redacted command line,
+    after it the real one again; the offline run file holds neither secret."""
+    import sys
+
+    import wandb
+
+    from trainer.tools import wandb_run
+
+    secret, password = "hf_WANDBsecret123", "pw-in-the-url-9"
+    argv = ["launch/train.py", "--hub_token", secret, "--vllm_server_base_url", f"http://u:{password}@h:8000"]
+    monkeypatch.setattr(sys, "argv", list(argv))
+    for key, value in {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true",
+                       "WANDB__DISABLE_STATS": "true"}.items():
+        monkeypatch.setenv(key, value)
+    args = SimpleNamespace(report_to=["wandb"], run_name="r", output_dir=str(tmp_path / "out"))
+    try:
+        with wandb_run.started(args, "p", {"lr": 1}, tmp_path / "none.yaml", False, True) as run:
+            assert secret not in " ".join(sys.argv) and password not in " ".join(sys.argv)
+            assert run is not None and secret not in " ".join(run.settings._args)
+        assert sys.argv == argv
+        written = b"".join(p.read_bytes() for p in tmp_path.rglob("*.wandb"))
+        assert written and secret.encode() not in written and password.encode() not in written
+    finally:
+        wandb.teardown()

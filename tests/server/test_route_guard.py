@@ -248,3 +248,18 @@ def test_trainers_nccl_group_binds_loopback_with_a_local_server(monkeypatch):
     assert out.returncode == 0, out.stderr[-2000:]
     address, bound = out.stdout.strip().splitlines()[-2:]
     assert address == "127.0.0.1" and bound == f"127.0.0.1:{port}", out.stdout
+
+
+def test_the_launchers_printed_and_logged_command_carries_no_secret():
+    """Extra vLLM arguments are written verbatim into the command vLLM runs, but every line the launcher prints or
+    logs (the dry run, the log file's header, a start-up error) hides a secret flag's value (issue "Security II",
+    item 2: --hf-token and --api-key reached the log on main)."""
+    argv, env = vs.build_command("/models/tiny", device="cpu", python="/nonexistent/python", vllm_version="0.31.0",
+                                 extra_args=["--api-key", "sk-SECRET123", "--hf-token=hf_SECRET456"])
+    assert "sk-SECRET123" in argv and "--hf-token=hf_SECRET456" in argv  # vLLM itself gets them
+    line = vs.shell_line(argv, {**env, "HF_TOKEN": "hf_ENVSECRET"})
+    assert "SECRET" not in line and "--api-key '<redacted>'" in line and "HF_TOKEN='<redacted>'" in line, line
+    out = subprocess.run([sys.executable, str(REPO / "launch" / "vllm_server.py"), "--model", "Qwen/Qwen3-0.6B",
+                          "--device", "cpu", "--python", sys.executable, "--dry-run", "--", "--api-key",
+                          "sk-SECRET123"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SECRET" not in out.stdout + out.stderr and "--api-key" in out.stdout, out

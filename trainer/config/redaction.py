@@ -40,17 +40,25 @@ from typing import Any
 REDACTED = "<redacted>"
 URL_REDACTED = "***"  # inside a URL: plain URL characters, so the redacted URL still parses
 
-SECRET_WORDS = frozenset({"token", "password", "passwd", "secret", "auth", "authorization", "credential",
-                          "credentials", "cookie"})
-SECRET_KEY_KINDS = frozenset({"api", "access", "secret", "private", "auth", "signing", "encryption"})
+SECRET_WORDS = frozenset({"token", "password", "passwd", "pwd", "pass", "passphrase", "secret", "secrets", "auth",
+                          "authorization", "credential", "credentials", "cookie", "apikey", "signature", "pat"})
+SECRET_KEY_KINDS = frozenset({"api", "access", "secret", "private", "auth", "signing", "encryption", "ssh"})
+# Last-two-word names that are secrets though neither word is one alone (``session_id``, ``authorization_header``).
+SECRET_PAIRS = frozenset({("session", "id"), ("auth", "header"), ("authorization", "header")})
+# Query and fragment parameters that carry a secret under a one-word name (``?key=``, ``?sig=``); as mapping keys
+# these words name columns (``key``), so they count only in a URL.
+SECRET_PARAMS = frozenset({"key", "apikey", "sig", "signature"})
 SPECIAL_TOKENS = frozenset({"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                             "mask_token"})
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]*")
-# scheme://USERINFO@ : everything up to the last '@' before the path, query or fragment (a raw '@' in a password
-# stays inside the user-info).
-_USERINFO = re.compile(r"^(?P<scheme>[^:]+://)(?P<userinfo>[^/?#]+)@")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"<>]*")
+# scheme://USERINFO@ : user:password up to the last '@' of the URL (a password may hold '@', '/', '?', '#', "'"),
+# or, without a ':', a user name up to the last '@' before the path, query or fragment. An '@' in a path after a
+# plain host (``http://docs/x@y``) is not user-info; after ``host:port/`` it is taken for one (hidden needlessly).
+_USERINFO = re.compile(r"^(?P<scheme>[^:]+://)(?P<userinfo>[^/?#:@]*:\S*|[^/?#]+)@")
+_BEARER = re.compile(r"(?i)\b(?P<kind>bearer)\s+[A-Za-z0-9._~+/=:-]{8,}|\b(?P<basic>basic)\s+(?=[A-Za-z+/]*\d)"
+                     r"[A-Za-z0-9+/]{16,}={0,2}")
 _PARAM = re.compile(r"(?P<sep>[?&;#])(?P<name>[^=&;#?]+)=(?P<value>[^&;#]*)")
 
 
@@ -67,7 +75,10 @@ def is_secret_key(key: Any) -> bool:
         return False
     if words[-1] in SECRET_WORDS:
         return True
-    return len(words) >= 2 and words[-1] == "key" and words[-2] in SECRET_KEY_KINDS
+    if len(words) >= 2 and ((words[-1] in ("key", "keys") and words[-2] in SECRET_KEY_KINDS)
+                            or tuple(words[-2:]) in SECRET_PAIRS):
+        return True
+    return any(a == "private" and b == "key" for a, b in zip(words, words[1:]))  # private_key_pem, ..._path
 
 
 def _nothing_to_hide(key: str, value: Any) -> bool:
@@ -75,18 +86,46 @@ def _nothing_to_hide(key: str, value: Any) -> bool:
         isinstance(value, str) and value in ("", REDACTED, f"<{key.upper()}>"))
 
 
+def _secret_param(name: str) -> bool:
+    return is_secret_key(name) or name.lower().replace("-", "_") in SECRET_PARAMS
+
+
 def redact_url(text: str) -> str:
-    """``text`` with every URL in it redacted: its user-info and its secret-named query/fragment values become
-    ``***``. Text around the URLs, and URLs with nothing to hide, are returned unchanged."""
-    if "://" not in text:
-        return text
+    """``text`` with every URL in it redacted -- its user-info and its secret-named query/fragment values become
+    ``***`` -- and every ``Bearer <token>`` (or base64 ``Basic`` credential) of an HTTP header written into it. Text
+    around them, and URLs with nothing to hide, are returned unchanged."""
+    if "://" in text:
+        def one_url(match: re.Match) -> str:
+            url = _USERINFO.sub(lambda m: f"{m['scheme']}{URL_REDACTED}@", match.group(0), count=1)
+            return _PARAM.sub(lambda m: (f"{m['sep']}{m['name']}={URL_REDACTED}" if _secret_param(m["name"])
+                                         and m["value"] else m.group(0)), url)
 
-    def one_url(match: re.Match) -> str:
-        url = _USERINFO.sub(lambda m: f"{m['scheme']}{URL_REDACTED}@", match.group(0), count=1)
-        return _PARAM.sub(lambda m: (f"{m['sep']}{m['name']}={URL_REDACTED}" if is_secret_key(m["name"]) and m["value"]
-                                     else m.group(0)), url)
+        text = _URL.sub(one_url, text)
+    if "earer" in text or "asic" in text:
+        text = _BEARER.sub(lambda m: f"{m['kind'] or m['basic']} {URL_REDACTED}", text)
+    return text
 
-    return _URL.sub(one_url, text)
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with its secrets hidden: the value of a flag whose name is a secret by the rule
+    (``--hub_token X``, ``--hf-token=X``, ``--api-key X``) becomes :data:`REDACTED`, and every argument gets
+    :func:`redact_url`; an argument that is one URL is read whole (a password holding spaces stays in it)."""
+    out, hide_next = [], False
+    for arg in map(str, argv):
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            name, eq, value = arg.lstrip("-").partition("=")
+            if is_secret_key(name):
+                out.append(f"{arg.split('=', 1)[0]}={REDACTED}" if eq and value else arg)
+                hide_next = not eq
+                continue
+        whole = re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*://[^@]*:.*@", arg)
+        out.append(f"{arg.split('://', 1)[0]}://{URL_REDACTED}@{arg.rsplit('@', 1)[1]}" if whole
+                   else redact_url(arg))
+    return out
 
 
 def redact(value: Any, key: Any = None) -> Any:

@@ -41,6 +41,7 @@ from huggingface_hub import try_to_load_from_cache
 from packaging.version import InvalidVersion, Version
 
 from trainer.config.model_path import resolve_model_path  # stdlib and the assets module: no cost to the start
+from trainer.config.redaction import REDACTED, is_secret_key, redact_argv, redact_url  # stdlib only
 from trainer.server.listeners import is_loopback  # stdlib only: no cost to the launcher's start
 from trainer.tools.memory_estimate import shape_from_config  # stdlib only
 
@@ -286,9 +287,11 @@ def tensor_parallel_problem(config: dict, tp: int) -> str | None:
 
 
 def shell_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
-    """One copy-pasteable shell line: ``K=V ... argv``."""
-    prefix = [f"{k}={shlex.quote(v)}" for k, v in (env or {}).items()]
-    return " ".join(prefix + [shlex.join(argv)])
+    """One shell line: ``K=V ... argv``, for printing and logging, so with every secret hidden (a secret flag's value
+    and a secret-named variable's: ``--hf-token``, ``--api-key``; trainer/config/redaction.py)."""
+    prefix = [f"{k}={shlex.quote(REDACTED if is_secret_key(k) and v else redact_url(v))}"
+              for k, v in (env or {}).items()]
+    return " ".join(prefix + [shlex.join(redact_argv(list(argv)))])
 
 
 class ServerStartError(RuntimeError):

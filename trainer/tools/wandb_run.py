@@ -24,12 +24,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import wandb
+
+from trainer.config.redaction import redact_argv
 
 logger = logging.getLogger(__name__)
 
@@ -79,22 +82,29 @@ def started(args: Any, project: str | None, recipe: dict[str, Any], recipe_file:
         yield wandb.run
         return
     ident = run_id(args.output_dir, resumed)
-    run = wandb.init(project=project_name(project), name=args.run_name or default_run_name(args.output_dir),
-                     id=ident, resume="allow" if resumed else None, config=recipe)
-    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(args.output_dir) / RUN_ID_FILE).write_text(run.id + "\n")
-    if Path(recipe_file).is_file():  # a copy in the run's own folder: uploaded whatever happens to output_dir later
-        copy = Path(run.dir) / Path(recipe_file).name
-        shutil.copyfile(recipe_file, copy)
-        run.save(str(copy), base_path=run.dir, policy="now")
-    logger.info("W&B run %s (id %s) in project %s%s", run.name, run.id, run.project,
-                f": {run.url}" if run.url else f", offline in {Path(run.dir).parent}")
+    # W&B records the command line (its settings read sys.argv while the run lives): the redacted one, so a
+    # --hub_token or a password in --vllm_server_base_url never reaches run-*.wandb (trainer/config/redaction.py)
+    argv = list(sys.argv)
+    sys.argv[1:] = redact_argv(argv[1:])
     try:
-        yield run
-    except BaseException:
-        run.finish(exit_code=1)
-        raise
-    run.finish()
+        run = wandb.init(project=project_name(project), name=args.run_name or default_run_name(args.output_dir),
+                         id=ident, resume="allow" if resumed else None, config=recipe)
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.output_dir) / RUN_ID_FILE).write_text(run.id + "\n")
+        if Path(recipe_file).is_file():  # a copy in the run's own folder: uploaded whatever happens to output_dir
+            copy = Path(run.dir) / Path(recipe_file).name
+            shutil.copyfile(recipe_file, copy)
+            run.save(str(copy), base_path=run.dir, policy="now")
+        logger.info("W&B run %s (id %s) in project %s%s", run.name, run.id, run.project,
+                    f": {run.url}" if run.url else f", offline in {Path(run.dir).parent}")
+        try:
+            yield run
+        except BaseException:
+            run.finish(exit_code=1)
+            raise
+        run.finish()
+    finally:
+        sys.argv[:] = argv
 
 
 def describe(run: Any) -> str | None:
