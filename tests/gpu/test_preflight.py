@@ -304,3 +304,17 @@ def test_preflight_counts_every_kept_checkpoint(monkeypatch):
     one = float(re.search(r"x ~([\d.]+) GB", text).group(1))
     total = float(re.search(r"= ([\d.]+) GB", text).group(1))
     assert total == pytest.approx(18 * one, rel=1e-2) and 400 < total < 470  # 1.72 B params x 14 B x 18
+
+
+def test_the_schedule_counts_refill_rounds_and_the_batches_in_flight(monkeypatch):
+    """The 8B DAPO row: up to max_num_gen_batches 30 POSTs per generation batch, each within vllm_request_timeout;
+    at max_staleness 1 the other ranks wait for 2 batches in flight on a CPU group bounded by 2 x 30 x 1800 + 60 s
+    (issue "Generation at GPU scale": the preflight checked one POST only)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    rep = report("configs/grpodropout/table1/qwen3-8b-dapo.yaml", "--weight_sync", "disk", "--max_staleness", "1")
+    (_, text), = lines(rep, "generation schedule")
+    post = 1024 * 10240 / (2500 * 4)
+    assert text.startswith("up to 30 POST(s) per generation batch (max_num_gen_batches 30 refill rounds)"), text
+    assert f"up to {30 * post:.0f} s of generation" in text and f"bounded by {2 * 30 * 1800 + 60} s" in text, text
+    (_, plain), = lines(report(GRPO_8B, "--weight_sync", "disk"), "generation schedule")
+    assert plain.startswith("up to 1 POST(s) per generation batch, each") and "max_staleness" not in plain, plain

@@ -182,6 +182,19 @@ def check_staleness(cfg, server_mode: bool) -> None:
             "pi_old / pi_sampler) or old_logps_source: sampler", stacklevel=3)
 
 
+def posts_per_generation_batch(cfg, turns: int = 1) -> int:
+    """The POSTs one generation batch may send the server: DAPO's refill rounds (``max_num_gen_batches`` with
+    ``dynamic_sampling``), times ``turns``, the turns of a multi-turn episode (one POST each; 1 single-turn)."""
+    return (cfg.max_num_gen_batches if cfg.dynamic_sampling else 1) * turns
+
+
+def overlap_wait_bound_s(cfg, turns: int = 1) -> float:
+    """With ``max_staleness`` s > 0, the longest the main process may wait for the server at a batch start, so the
+    other ranks' wait on their CPU group: the ``s + 1`` batches that can be in flight, each of its POSTs bounded by
+    ``vllm_request_timeout``, and a minute for the rest."""
+    return (cfg.max_staleness + 1) * posts_per_generation_batch(cfg, turns) * cfg.vllm_request_timeout + 60.0
+
+
 def resolve_weight_sync(kind: str, cuda_available: bool) -> str:
     """The concrete sync for ``weight_sync: auto`` (nccl with CUDA, else disk); other values unchanged."""
     if kind != "auto":

@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 
 from trainer import trl_contact
 from trainer.config.errors import ConfigError
-from trainer.config.server import server_url
+from trainer.config.server import overlap_wait_bound_s, server_url
 from trainer.pipeline.stages import register_hook
 from trainer.server.generation import raise_on_every_rank, wait_group
 from trainer.server.overlap import GenerationQueue
@@ -102,7 +102,8 @@ class OverlappedGeneration:
         self.queue = GenerationQueue(self.staleness, _call if self.main else _nothing, self._sync, server_version=-1)
         # while the main process waits for the server, the other ranks wait here (CPU, bounded by the schedule), not
         # in the weight sync's or the broadcast's NCCL collectives
-        self._wait_group = wait_group(trainer.accelerator, wait_bound_s(trainer))
+        turns = 1 if trainer.rollout_func is None else trainer.rollout_func.settings.max_turns  # winnow's multi-turn
+        self._wait_group = wait_group(trainer.accelerator, overlap_wait_bound_s(trainer.args, turns))  # (the only one)
         self._base_url = server_url(trainer.args)
 
     # --- what the trainer calls ------------------------------------------------------------------------------
@@ -311,17 +312,6 @@ def sampling_params(backend: Any, n: int) -> dict[str, Any]:
         "structured_outputs_regex": backend.structured_outputs_regex,
         "generation_kwargs": backend.generation_kwargs,
     }
-
-
-def wait_bound_s(trainer: Any) -> float:
-    """The longest the main process may wait for the server at a batch start, so the other ranks' wait: the
-    ``s + 1`` requests that can be in flight, each of its POSTs (DAPO's refill rounds, or one per turn of multi-turn
-    episodes) bounded by ``vllm_request_timeout``, and a minute for the rest."""
-    args = trainer.args
-    posts = args.max_num_gen_batches if args.dynamic_sampling else 1
-    if trainer.rollout_func is not None:  # winnow's multi-turn rollout (the only one overlap composes with)
-        posts *= trainer.rollout_func.settings.max_turns
-    return (args.max_staleness + 1) * posts * args.vllm_request_timeout + 60.0
 
 
 def _batch_index(trainer: Any) -> int:

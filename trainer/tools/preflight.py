@@ -40,7 +40,7 @@ from trainer.algorithms import normalisers
 from trainer.config.errors import ConfigError
 from trainer.config.model_path import resolve_model_path
 from trainer.config.redaction import redact_url
-from trainer.config.server import resolve_weight_sync, server_url
+from trainer.config.server import overlap_wait_bound_s, posts_per_generation_batch, resolve_weight_sync, server_url
 from trainer.guards.startup_checks import WANDB_OFFLINE_MODES, wandb_credentials, wandb_mode
 from trainer.recipe import parse_recipe
 from trainer.server import launcher
@@ -254,6 +254,25 @@ def check_generation_time(report: Report, est: GenerationEstimate, tp: int, dp: 
                    "vllm_request_timeout")
 
 
+def schedule_line(args: Any, turns: int, post_s: float) -> str:
+    """What one generation batch asks of the server over the whole schedule, beyond one POST: DAPO's refill rounds
+    and the ``turns`` of multi-turn episodes (0: single-turn; each a POST of its own, each bounded by
+    ``vllm_request_timeout``, each a collective wait of its own in sync mode), and with ``max_staleness`` the batches
+    in flight the main process may wait for at a batch start, which bounds the other ranks' wait on their CPU group
+    (never an NCCL collective)."""
+    posts = posts_per_generation_batch(args, max(turns, 1))
+    why = ([f"max_num_gen_batches {args.max_num_gen_batches} refill rounds"] if args.dynamic_sampling else []) + (
+        [f"max_turns {turns} turns"] if turns else [])
+    text = (f"up to {posts} POST(s) per generation batch" + (f" ({' x '.join(why)})" if why else "")
+            + f", each within vllm_request_timeout: up to {posts * post_s:.0f} s of generation per batch")
+    if args.max_staleness:
+        bound = overlap_wait_bound_s(args, max(turns, 1))
+        text += (f"; max_staleness {args.max_staleness}: up to {args.max_staleness + 1} batches in flight, the other "
+                 f"ranks wait for them on a CPU group bounded by {bound:.0f} s "
+                 f"((s + 1) x {posts} x vllm_request_timeout + 60 s), not in NCCL's ddp_timeout")
+    return text
+
+
 def loss_lines(args: Any, rows_per_step: int) -> list[tuple[str, str]]:
     """The preflight's lines on what one optimizer step is: steps per generation batch and their normaliser after
     stages remove rollouts (``filtered_updates``), the loss aggregation (``loss_type``) and the clipping, dual-clip
@@ -360,6 +379,8 @@ def run(argv: list[str]) -> Report:
             tokens_per_rollout=rollout_tokens(settings.get("max_model_len"), prompt_bound, args.max_completion_length),
             server_gpus=tp * opts.data_parallel_size, tokens_per_s_per_gpu=opts.generation_tokens_per_s_per_gpu)
         check_generation_time(report, est, tp, opts.data_parallel_size, args.vllm_request_timeout, args.ddp_timeout)
+        report.add("", "generation schedule", schedule_line(args, task.max_turns if task.is_env_task else 0,
+                                                            est.seconds))
 
         for status, text in listener_lines(server_url(args), sync, args.vllm_group_port, world,
                                            int(os.environ.get("MASTER_PORT") or 29500)):
