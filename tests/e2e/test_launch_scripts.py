@@ -400,6 +400,19 @@ def test_slurm_dry_run_prints_the_layout(tmp_path):
     assert not (tmp_path / "srun.log").exists()  # nothing ran
 
 
+def test_slurm_printed_lines_hide_secrets(tmp_path):
+    """The dry run's lines (and the preflight line the real path prints) hide a secret flag's value and a URL's
+    password from EXTRA_TRAIN_ARGS (issue "Security II", item 2: printed verbatim on main); other values stay."""
+    _fake_bin(tmp_path)
+    out = _slurm(tmp_path, RECIPE=RECIPE, DRY_RUN="1", EXTRA_TRAIN_ARGS="--max_steps 3 --hub_token hf_SLURMSECRET "
+                 "--max_new_tokens 7 --report_to wandb --hub-token=hf_OTHERSECRET")
+    assert out.returncode == 0, out.stderr
+    assert "SECRET" not in out.stdout and "--hub_token <redacted>" in out.stdout, out.stdout
+    assert "--hub-token=<redacted>" in out.stdout and "--max_new_tokens 7" in out.stdout and "--max_steps 3" in \
+        out.stdout
+    assert "http://node0:8000" in out.stdout  # a URL without user-info is left as it is
+
+
 def test_slurm_rejects_one_node_and_missing_recipe(tmp_path):
     _fake_bin(tmp_path, hosts=("node0",))
     out = _slurm(tmp_path, RECIPE=RECIPE, DRY_RUN="1")
