@@ -59,7 +59,8 @@ from trainer.pipeline.batch import LEFT_PADDED, GatheredRows
 logger = logging.getLogger(__name__)
 
 KEPT_KEY = "winnow_kept"  # per-row bool the dealing adds to TRL's batch dict so its split carries it with the rows
-_warned: set[str] = set()
+_warned_compaction: set[str] = set()  # keys already warned of, once each per message
+_warned_redeal: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -163,8 +164,8 @@ def row_keys(output: dict[str, Any]) -> list[str] | None:
         if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == B:
             keys.append(key)
         elif value is not None and not (torch.is_tensor(value) and value.dim() == 0):  # scalars pass through
-            if key not in _warned:
-                _warned.add(key)
+            if key not in _warned_compaction:
+                _warned_compaction.add(key)
                 logger.warning("batch compaction off for batches with %r; removed rollouts stay masked", key)
             return None
     return keys
@@ -354,8 +355,8 @@ def _concat(micro_batches: list[dict[str, Any]]) -> dict[str, Any] | None:
         elif torch.is_tensor(value) and value.shape[0] == rows:
             local[key] = torch.cat([batch[key] for batch in micro_batches])
         else:  # images and other per-sample lists: keep TRL's split
-            if key not in _warned:
-                _warned.add(key)
+            if key not in _warned_redeal:
+                _warned_redeal.add(key)
                 logger.warning("optimizer-step dealing off for batches with %r; TRL's random split is kept", key)
             return None
     return local
