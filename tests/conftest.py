@@ -84,7 +84,7 @@ def tiny_model() -> str:
 # in place of the real one by any script that puts tests/ first (tests/distributed/scenarios.py does).
 TIER_BY_FOLDER = {
     "algorithms": "unit", "environments": "unit", "reward_functions": "unit", "data": "unit", "eval": "unit",
-    "config": "unit", "contracts": "unit",
+    "config": "unit", "contracts": "unit", "compare": "unit",
     "loss": "integration",
     "methods": "integration", "pipeline": "integration", "grpo_trainer": "integration", "rollout": "integration",
     "gpu": "integration", "verifier": "integration",

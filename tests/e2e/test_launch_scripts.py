@@ -413,6 +413,28 @@ def test_slurm_printed_lines_hide_secrets(tmp_path):
     assert "http://node0:8000" in out.stdout  # a URL without user-info is left as it is
 
 
+def test_slurm_array_task_takes_its_line_of_a_comparison(tmp_path):
+    """winnow-compare --slurm (trainer/compare/runner.py): array task i runs line i+1 of RUNS_FILE, its recipe and
+    flags, after the job's own EXTRA_TRAIN_ARGS; a task without its line stops with one line."""
+    from trainer.compare import plan, runner
+
+    _fake_bin(tmp_path)
+    runs = plan.plan(RECIPE, [plan.Arm("a"), plan.Arm("b", overrides=(("rollout_dropout", "grpodropout"),))], [0, 1],
+                     tmp_path / "cmp", ["--max_steps", "3"])
+    command = runner.submit_slurm(runs, tmp_path / "cmp", dry_run=True)
+    runs_file = command[2].split("RUNS_FILE=", 1)[1]
+    out = _slurm(tmp_path, DRY_RUN="1", RUNS_FILE=runs_file, SLURM_ARRAY_TASK_ID="3",
+                 EXTRA_TRAIN_ARGS="--logging_steps 2")
+    assert out.returncode == 0, out.stderr
+    words = shlex.split(shlex.split(out.stdout.strip().splitlines()[-1][2:])[-1])
+    assert words[words.index("launch/train.py") + 2] == RECIPE
+    for flag, value in [("--logging_steps", "2"), ("--rollout_dropout", "grpodropout"), ("--max_steps", "3"),
+                        ("--seed", "1"), ("--output_dir", str(tmp_path / "cmp" / "b" / "seed-1"))]:
+        assert words[words.index(flag) + 1] == value, flag
+    out = _slurm(tmp_path, DRY_RUN="1", RUNS_FILE=runs_file, SLURM_ARRAY_TASK_ID="4")
+    assert out.returncode != 0 and "has no line 5" in out.stderr
+
+
 def test_slurm_rejects_one_node_and_missing_recipe(tmp_path):
     _fake_bin(tmp_path, hosts=("node0",))
     out = _slurm(tmp_path, RECIPE=RECIPE, DRY_RUN="1")

@@ -151,6 +151,7 @@ class Round:
         """Hooks, stages, dealing: the round's micro-batches (collective)."""
         tr, parts = self.trainer, self.trainer.round_parts
         initial_keep = None
+        trl_contact.metrics(tr)[step_logs.PROMPT_DIGEST].append(step_logs.prompt_digest(self.output, tr.accelerator))
         for method in parts.hooks.at("after_generation"):  # e.g. DAPO: constant-reward groups replaced by new ones
             self.output, initial_keep = method.after_generation(tr, self.output, self.marks)
         step = tr.state.global_step + 1

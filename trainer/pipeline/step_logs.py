@@ -26,6 +26,7 @@ are the trained batch's, and its advantages are the stage pipeline's (what the l
 from __future__ import annotations
 
 import time
+import zlib
 from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -38,6 +39,18 @@ from trainer import trl_contact
 from trainer.algorithms.grpo import grpo_advantages, normalize_then_sum_advantages, total_reward
 
 PREFIX = "timing_s/"
+PROMPT_DIGEST = "data/prompt_digest"
+
+
+def prompt_digest(output: dict[str, Any], accelerator: Any) -> float:
+    """CRC-32 of the generation batch's prompts over every process, row by row in order (collective: one gather of
+    a number per row, so 1 and N processes holding the same global batch log the same value). Two runs that log the
+    same value at every step trained on the same prompts in the same order: the pairing check of ``winnow-compare``
+    (trainer/compare/report.py). Exact as a float (< 2**32)."""
+    ids, mask = output["prompt_ids"].cpu(), output["prompt_mask"].cpu().bool()
+    rows = [zlib.crc32(row[m].to(torch.int64).numpy().tobytes()) for row, m in zip(ids, mask)]
+    every = accelerator.gather(torch.tensor(rows, dtype=torch.int64, device=output["prompt_ids"].device))
+    return float(zlib.crc32(every.cpu().numpy().tobytes()))
 
 
 class PhaseTimer:
