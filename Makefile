@@ -140,7 +140,7 @@ eval: setup
 	OMP_NUM_THREADS=2 $(BIN)/python launch/eval.py --config configs/eval/cpu-champ.yaml
 
 # The README's CPU comparison (docs/comparison.md): GRPO vs GRPODropout vs the SNR filter on the demo task, 3 seeds
-# each, 8 steps a run (about 27 minutes on 2 cores); its report and figure go to docs/comparison/.
+# each, 8 steps a run (about 23 minutes on 2 cores); its report and figure go to docs/comparison/.
 COMPARE_OUT ?= outputs/compare/demo
 compare: assets
 	$(BIN)/python -m trainer.tools.assets --smollm2
