@@ -99,7 +99,8 @@ def test_a_half_finished_comparison_continues(tmp_path):
     runner.run_local(runs, launcher=[sys.executable, str(launcher_script)], progress=False)
     again = [json.loads(line) for line in (root / "calls.jsonl").read_text().splitlines()]
     assert sorted(c[c.index("--output_dir") + 1].split("cmp/")[1] for c in again) == ["broken/seed-0", "broken/seed-1"]
-    text = report.build_report(runs, ["base", "other", "broken"], [0, 1], "winnow-compare ...", None)
+    text = report.build_report(runs, report.read_logs(runs), ["base", "other", "broken"], [0, 1],
+                               "winnow-compare ...", None)
     assert "broken/seed-0: failed (exit 3" in text
 
 
@@ -123,21 +124,21 @@ def test_report_pairing_and_paired_numbers(tmp_path):
         write_run(tmp_path / "base" / f"seed-{seed}", curve, seed)
         write_run(tmp_path / "better" / f"seed-{seed}", curve + 0.5, seed)  # a constant shift of 0.5
         write_run(tmp_path / "drifted" / f"seed-{seed}", curve, seed, digest_offset=7 if seed == 1 else 0)
-    logs = {r.label: report.read_run(r) for r in runs}
+    logs = report.read_logs(runs)
     assert logs["base/seed-0"].generated_tokens[-1] == pytest.approx(8 * 5.0 * 4 * 2 * 2)  # length x rollouts
     assert logs["base/seed-0"].wall_s[-1] == pytest.approx(16.0)
     ok, problems = report.pairing(logs, [0, 1, 2], ["base", "better", "drifted"])
     assert not ok and problems == ["seed 1: drifted saw other prompts than base from step 3 on"]
     ok, _ = report.pairing(logs, [0, 1, 2], ["base", "better"])
     assert ok
-    text = report.build_report(runs, ["base", "better", "drifted"], [0, 1, 2], "cmd", "f.png")
+    text = report.build_report(runs, logs, ["base", "better", "drifted"], [0, 1, 2], "cmd", "f.png")
     row = next(line for line in text.splitlines() if line.startswith("| better | final reward |"))
     assert "| 3 | 0.500 | [0.500, 0.500] | 1.00 | 3 of 3 |" in row
     row = next(line for line in text.splitlines() if line.startswith("| drifted | reward AUC |"))
     assert "| 3 | 0.000 | [0.000, 0.000] | 0.50 | 0 of 3 |" in row
     assert "NOT held" in text
     pytest.importorskip("matplotlib")
-    assert report.plot(runs, ["base", "better"], tmp_path / "f.png").stat().st_size > 10_000
+    assert report.plot(logs, ["base", "better"], tmp_path / "f.png").stat().st_size > 10_000
 
 
 class _OneProcess:

@@ -75,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     report_path = Path(args.report) if args.report else out / "report.md"
     figure = report_path.with_suffix(".png")
     names = [a.name for a in arms]
-    report.plot(runs, names, figure)
+    logs = report.read_logs(runs)
+    report.plot(logs, names, figure)
     command = "winnow-compare " + shlex.join(argv)
-    report_path.write_text(report.build_report(runs, names, args.seeds, command, figure.name))
+    report_path.write_text(report.build_report(runs, logs, names, args.seeds, command, figure.name))
     failed = [label for label, outcome in outcomes.items() if outcome.startswith("failed")]
     print(f"winnow-compare: report {report_path}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

@@ -99,23 +99,28 @@ def plan(recipe: str, arms: list[Arm], seeds: list[int], output_dir: str | Path,
             for seed in seeds for arm in arms]
 
 
-def finished_training(run_dir: Path) -> bool:
-    """The trainer wrote its end-of-training record (``train_runtime``, logged once ``train()`` returns)."""
+def read_records(run_dir: Path) -> list[dict]:
+    """The records of a run's ``metrics.jsonl`` in order ([] when absent), passing over a line a kill cut short."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
-        return False
+        return []
+    records = []
     for line in path.read_text().splitlines():
         try:
-            if "train_runtime" in json.loads(line):
-                return True
-        except json.JSONDecodeError:  # a line cut short by a kill: the run is not finished
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
             continue
-    return False
+    return records
+
+
+def finished_training(records: list[dict]) -> bool:
+    """The trainer wrote its end-of-training record (``train_runtime``, logged once ``train()`` returns)."""
+    return any("train_runtime" in r for r in records)
 
 
 def state(run: Run, with_eval: bool) -> str:
     """``finished``, ``partial`` or ``pending`` (see the module docstring)."""
-    done = finished_training(run.output_dir)
+    done = finished_training(read_records(run.output_dir))
     if done and (not with_eval or (run.output_dir / EVAL_DIR / "summary.json").is_file()):
         return "finished"
     started = run.output_dir.is_dir() and any(run.output_dir.iterdir())

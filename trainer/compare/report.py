@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from trainer.compare import stats
-from trainer.compare.plan import EVAL_DIR, Run, finished_training, read_status
+from trainer.compare.plan import EVAL_DIR, Run, finished_training, read_records, read_status
 from trainer.pipeline.step_logs import PROMPT_DIGEST
 
 REWARD = "reward"
@@ -48,17 +48,8 @@ def rollouts_per_step(resolved: dict) -> int:
 
 def read_run(run: Run) -> RunLog | None:
     """The run's curves (None if it logged no training step yet)."""
-    path = run.output_dir / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # the last line of a killed run
-            continue
-        if isinstance(record.get(REWARD), (int, float)):
-            records.append(record)
+    every = read_records(run.output_dir)
+    records = [r for r in every if isinstance(r.get(REWARD), (int, float))]
     if not records:
         return None
     resolved_path = run.output_dir / "recipe.resolved.yaml"
@@ -72,7 +63,7 @@ def read_run(run: Run) -> RunLog | None:
         generated_tokens=np.cumsum(np.nan_to_num(lengths) * per_step),
         wall_s=np.cumsum([float(r.get("step_time", 0.0)) for r in records]),
         digests={int(r["step"]): float(r[PROMPT_DIGEST]) for r in records if PROMPT_DIGEST in r},
-        finished=finished_training(run.output_dir),
+        finished=finished_training(every),
     )
     summary_path = run.output_dir / EVAL_DIR / "summary.json"
     if summary_path.is_file():
@@ -82,6 +73,11 @@ def read_run(run: Run) -> RunLog | None:
                 if metric.startswith("mean@") and isinstance(value, (int, float)):
                     log.eval_scores[f"{bench}/{metric}"] = float(value)
     return log
+
+
+def read_logs(runs: list[Run]) -> dict[str, RunLog]:
+    """Every run that logged a training step, by label (each folder read once: the report and the figure share it)."""
+    return {r.label: log for r in runs if (log := read_run(r)) is not None}
 
 
 def pairing(logs: dict[str, RunLog], seeds: list[int], arms: list[str]) -> tuple[bool, list[str]]:
@@ -117,9 +113,10 @@ def summary_metrics(log: RunLog) -> dict[str, float]:
     return out
 
 
-def build_report(runs: list[Run], arms: list[str], seeds: list[int], command: str, figure: str | None) -> str:
-    """The markdown report of a comparison (the baseline is ``arms[0]``)."""
-    logs = {r.label: log for r in runs if (log := read_run(r)) is not None}
+def build_report(runs: list[Run], logs: dict[str, RunLog], arms: list[str], seeds: list[int], command: str,
+                 figure: str | None) -> str:
+    """The markdown report of a comparison from its runs' ``logs`` (:func:`read_logs`); the baseline is
+    ``arms[0]``."""
     finished = {label for label, log in logs.items() if log.finished}
     lines = ["# Comparison report", "", f"Command: `{command}`", "",
              f"Arms: {', '.join(arms)} (baseline: {arms[0]}); seeds: {', '.join(map(str, seeds))}; "
@@ -172,7 +169,7 @@ def build_report(runs: list[Run], arms: list[str], seeds: list[int], command: st
     return "\n".join(lines)
 
 
-def plot(runs: list[Run], arms: list[str], png: Path, window: int = 5) -> Path:
+def plot(logs: dict[str, RunLog], arms: list[str], png: Path, window: int = 5) -> Path:
     """Reward against optimizer steps, generated tokens and wall time: each seed faint, the arm's mean over seeds
     bold (at each step's mean x). Curves are a running mean over ``window`` steps (per-step rewards of a few
     prompts are noisy)."""
@@ -189,19 +186,19 @@ def plot(runs: list[Run], arms: list[str], png: Path, window: int = 5) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, arm in enumerate(arms):
-        logs = [log for r in runs if r.arm.name == arm and (log := read_run(r)) is not None]
-        if not logs:
+        arm_logs = [log for log in logs.values() if log.run.arm.name == arm]
+        if not arm_logs:
             continue
-        n = min(len(log.reward) for log in logs)
+        n = min(len(log.reward) for log in arm_logs)
         for ax, (attr, label) in zip(axes, axes_x):
-            for log in logs:
+            for log in arm_logs:
                 x = np.asarray(getattr(log, attr), dtype=float)
                 y = smooth(log.reward)
                 ax.plot(x[len(x) - len(y):], y, color=colors[i % len(colors)], alpha=0.25, linewidth=1)
-            x_mean = np.mean([np.asarray(getattr(log, attr), dtype=float)[:n] for log in logs], axis=0)
-            y_mean = smooth(np.mean([log.reward[:n] for log in logs], axis=0))
+            x_mean = np.mean([np.asarray(getattr(log, attr), dtype=float)[:n] for log in arm_logs], axis=0)
+            y_mean = smooth(np.mean([log.reward[:n] for log in arm_logs], axis=0))
             ax.plot(x_mean[len(x_mean) - len(y_mean):], y_mean, color=colors[i % len(colors)], linewidth=2.5,
-                    label=f"{arm} (n={len(logs)})")
+                    label=f"{arm} (n={len(arm_logs)})")
             ax.set_xlabel(label)
             ax.set_ylabel(f"reward (running mean of {window})")
     axes[0].legend()

@@ -60,7 +60,7 @@ def run_local(runs: list[Run], eval_config: str | None = None, launcher: list[st
         started = time.time()
         log = run.output_dir / "train.log"
         rc = 0
-        if state(run, with_eval=False) != "finished" or not eval_config:
+        if state(run, with_eval=False) != "finished":  # with an eval asked for, a trained run only evaluates
             rc = _call(train_command(run, launcher), log)
         if rc == 0 and eval_config:
             log = run.output_dir / "eval.log"
