@@ -37,12 +37,12 @@ def _child(code: str, tmp_path: Path, timeout: float = 240) -> subprocess.Comple
 
 
 def test_console_scripts_are_the_package_entry_points():
-    """`winnow-train` / `winnow-eval` name callables inside the package (not launch/), and the installed scripts
-    run them: --help lists the recipe fields and --dry-run."""
+    """`winnow-train` / `winnow-eval` / `winnow-compare` name callables inside the package (not launch/), and the
+    installed scripts run them: --help lists the recipe fields and --dry-run, and the comparison's arms."""
     import importlib
 
     scripts = PYPROJECT["project"]["scripts"]
-    assert set(scripts) == {"winnow-train", "winnow-eval", "winnow-vllm-server"}
+    assert set(scripts) == {"winnow-train", "winnow-eval", "winnow-vllm-server", "winnow-compare"}
     for target in scripts.values():
         module, func = target.split(":")
         assert module.split(".")[0] in ("trainer", "rewards", "envs"), target
@@ -52,6 +52,9 @@ def test_console_scripts_are_the_package_entry_points():
     out = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "--dataset_name" in out.stdout and "--reward_funcs" in out.stdout
+    out = subprocess.run([str(exe.with_name("winnow-compare")), "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--arm" in out.stdout and "--seeds" in out.stdout
 
 
 def test_demo_packages_are_extras_not_core_dependencies():

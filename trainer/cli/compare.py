@@ -23,6 +23,7 @@ from pathlib import Path
 from trainer.compare import report, runner
 from trainer.compare.plan import parse_arm, plan, state
 from trainer.config.errors import RecipeError
+from trainer.tools import optional
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -73,12 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     report_path = Path(args.report) if args.report else out / "report.md"
-    figure = report_path.with_suffix(".png")
     names = [a.name for a in arms]
     logs = report.read_logs(runs)
-    report.plot(logs, names, figure)
+    figure: Path | None = report_path.with_suffix(".png")
+    if optional.installed("matplotlib"):  # a core install compares; the figure is the `demo` extra's
+        report.plot(logs, names, figure)
+    else:
+        print(f"winnow-compare: no figure: {optional.missing_message('matplotlib', 'the comparison figure')}")
+        figure = None
     command = "winnow-compare " + shlex.join(argv)
-    report_path.write_text(report.build_report(runs, logs, names, args.seeds, command, figure.name))
+    report_path.write_text(report.build_report(runs, logs, names, args.seeds, command, figure and figure.name))
     failed = [label for label, outcome in outcomes.items() if outcome.startswith("failed")]
     print(f"winnow-compare: report {report_path}" + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
