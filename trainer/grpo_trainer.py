@@ -2,8 +2,8 @@
 
 Data flow of one generation batch (docs/design.md, "The two seams"): TRL generates and scores; this class gathers the
 batch from every process into a :class:`RolloutBatch` and runs filter -> dropout -> advantage on it (every rank
-computes the same decision). ``_prepare_inputs`` deals the decision once (trainer/pipeline/dealing.py): the kept
-rollouts re-dealt over ranks (trainer/pipeline/dealing.py) or, with ``compact_batch=False``, each rank's own rows
+computes the same decision). ``_prepare_inputs`` deals the decision once (trainer/pipeline/round.py): the kept
+rollouts re-dealt over ranks or, with ``compact_batch=False``, each rank's own rows
 with dropped rollouts masked -- out of the loss *and* its normaliser either way -- then split as TRL splits a batch and
 the kept rows placed on their optimizer steps, into winnow's own buffer (trainer/pipeline/round.py).
 Empty optimizer steps are skipped (trainer/guards/step_skip.py); the methods that are not stages act through the
@@ -285,7 +285,7 @@ class WinnowGRPOTrainer(GRPOTrainer):
     def _loss_call(self, inputs: dict[str, Any]) -> LossCall:
         """What this micro-batch's loss differs from TRL's by. The row scale: batch compaction's ``N / N_kept``
         (``MicroBatch.row_scale``: TRL divides grpo/sapo/dr_grpo/luspo losses by the micro-batch's rows, so training on
-        the kept rollouts alone would multiply the loss by it; trainer/pipeline/dealing.py), times
+        the kept rollouts alone would multiply the loss by it; trainer/pipeline/round.py), times
         ``max_completion_length`` under ``dr_grpo_token_sum`` (verl's seq-mean-token-sum is TRL's dr_grpo without its
         division by that constant); token-normalised losses need none (the mask re-weights alone). The entropy
         bonus aggregated like the policy term: RAGEN's (verl's), ``entropy_aggregation: loss_type``

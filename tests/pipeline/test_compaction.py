@@ -1,4 +1,4 @@
-"""Batch compaction (trainer/pipeline/dealing.py) through the real trainer: the compacted batch gives exactly the
+"""Batch compaction (trainer/pipeline/round.py) through the real trainer: the compacted batch gives exactly the
 masked formulation's loss and gradient for every loss type (scalar and per-token advantages; VESPO with TRL's
 token-level vLLM importance-sampling ratios), holds only the kept rows, re-deals rows over processes padded as TRL
 pads them, and a generation batch with nothing kept runs no forward pass at all."""
@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from trainer import StageResult, WinnowConfig, WinnowGRPOTrainer, register_stage
-from trainer.pipeline.dealing import compact
+from trainer.pipeline.round import compact
 
 LOSS_TYPES = ["grpo", "dapo", "dr_grpo", "bnpo", "sapo", "luspo", "cispo"]
 DROPPED = [0, 3, 4, 5, 6, 7, 9, 14]  # global rows of a 16-row batch; rows 4-7 are a whole group

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from thread_world import ThreadWorld
 
-from trainer.pipeline.batch import GatheredRows, gather_key
-from trainer.pipeline.dealing import compact, row_keys
+from trainer.pipeline.batch import GatheredRows, gather_key, row_keys
+from trainer.pipeline.round import compact
 
 PAD = 7
 WORLD, B = 2, 4

@@ -1,5 +1,5 @@
 """Which optimizer step of a generation batch each kept rollout trains in: the plan (pure; every process computes the
-same plan from the global kept counts). trainer/pipeline/dealing.py moves the rows where the plan puts them.
+same plan from the global kept counts). trainer/pipeline/round.py moves the rows where the plan puts them.
 
 TRL generates one batch per ``steps_per_generation`` (S) micro-steps, shuffles it, splits it into S
 micro-batches, and every ``gradient_accumulation_steps`` (A) of them make one optimizer step: U = S / A

@@ -4,7 +4,7 @@ TRL 1.16 spells the aggregation out per loss type in ``GRPOTrainer._compute_loss
 (trl==1.16.0:trl/trainer/grpo_trainer.py:3153-3182); verl names the same choices in ``core_algos.agg_loss``
 (``loss_agg_mode``). Everything in winnow that depends on the choice -- the loss itself when winnow computes it
 (trainer/trl_contact.py ``trl_normalise``), the re-dealt and compacted rows' weights (trainer/algorithms/deal_plan.py,
-dealing.py), the token budget's chunk weights (trainer/pipeline/token_budget.py), the entropy bonus, the config
+pipeline/round.py), the token budget's chunk weights (trainer/pipeline/token_budget.py), the entropy bonus, the config
 checks and the preflight's description -- reads this table, so a loss type's aggregation is stated once.
 
 Each entry has two parts:

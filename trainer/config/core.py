@@ -94,7 +94,7 @@ class WinnowConfig(ServerFields, *catalog.field_mixins(), GRPOConfig):  # each m
         metadata={
             "help": "Remove rollouts the stages dropped from the training batch (kept rows re-dealt evenly over "
             "processes and micro-steps, topped up with zero-weight rows) instead of masking them, so they cost no "
-            "forward/backward; the loss is the masked one (trainer/pipeline/dealing.py). A generation batch with "
+            "forward/backward; the loss is the masked one (trainer/pipeline/round.py). A generation batch with "
             "nothing kept runs no forward/backward at all outside DeepSpeed. False keeps them masked."
         },
     )

@@ -95,7 +95,7 @@ class LossCall:
     """The arguments of one loss call besides the micro-batch.
 
     - ``row_scale``: multiplies the per-token loss (policy and KL terms) of a row-normalised ``loss_type``: batch
-      compaction's ``N / N_kept`` (dropped rollouts out of TRL's row count; trainer/pipeline/dealing.py), times
+      compaction's ``N / N_kept`` (dropped rollouts out of TRL's row count; trainer/pipeline/round.py), times
       ``max_completion_length`` under ``dr_grpo_token_sum``. None: no scale.
     - ``aggregate_entropy``: the entropy bonus takes the policy term's normaliser (``entropy_aggregation:
       loss_type``, and its row scale) instead of TRL's token mean.

@@ -76,7 +76,7 @@ def finish(trainer: Any, p: PolicyPass, per_token_loss: torch.Tensor, inputs: di
         per_token_loss = per_token_loss + trainer.beta * per_token_kl
         record.mean("kl", (per_token_kl.detach() * p.mask).sum(), p.mask.sum())
     if call.row_scale is not None and trainer.loss_type in ROW_NORMALISED:
-        per_token_loss = per_token_loss * call.row_scale  # dropped rows out of the row count (pipeline/dealing.py)
+        per_token_loss = per_token_loss * call.row_scale  # dropped rows out of the row count (pipeline/round.py)
     loss = normalise(trainer, per_token_loss, p.mask, inputs)
     accumulation = trainer.current_gradient_accumulation_steps
     if trainer.entropy_coef:

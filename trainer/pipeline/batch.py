@@ -1,12 +1,13 @@
-"""The generation batch over every process: TRL's batch dict gathered once (:class:`GatheredRows`), and the stages'
-typed view of it (:class:`RolloutBatch`).
+"""The generation batch over every process: TRL's batch dict gathered once (:class:`GatheredRows`), the stages'
+typed view of it (:class:`RolloutBatch`), and the two row helpers compaction and DAPO's refill share
+(:func:`row_keys`, :func:`trim_padding`).
 
 Stages make group decisions, so they must see whole groups; TRL splits a generation batch across
 processes and micro-steps, so the trainer gathers it first and every rank builds the same
 ``RolloutBatch`` (and therefore makes the same decisions).
 
 Several readers need the whole generation batch, not this rank's rows: the stages' ``RolloutBatch``,
-compaction (trainer/pipeline/dealing.py), the collapse probe and DAPO's relogging of
+compaction (trainer/pipeline/round.py), the collapse probe and DAPO's relogging of
 the assembled batch. They all read it through one :class:`GatheredRows`, which gathers each key of TRL's dict the
 first time it is read and hands out the same tensor after that, so a key crosses the processes once per generation
 batch however many readers it has. Every key is padded as TRL 1.16 pads it (:data:`TRL_PAD`), so the gathered rows
@@ -19,12 +20,16 @@ dealing rewrites ``tool_mask``) is gathered again.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from trainer.algorithms.grpo import group_index, group_view, total_reward
+
+logger = logging.getLogger(__name__)
+_warned_compaction: set[str] = set()  # keys already warned of, once each
 
 
 @dataclass
@@ -188,3 +193,36 @@ class GatheredRows:
         """(N, T) the model tokens of every row: TRL's completion mask times its tool/env mask where it has one."""
         mask = self["completion_mask"]
         return mask * self["tool_mask"] if "tool_mask" in self else mask
+
+
+def row_keys(output: dict[str, Any]) -> list[str] | None:
+    """Keys of the per-row tensors of TRL's batch dict, or None when it holds anything that cannot be
+    re-dealt row by row (then the caller keeps the masked formulation)."""
+    B = output["completion_ids"].shape[0]
+    keys = []
+    for key, value in output.items():
+        if key in ("num_items_in_batch", "winnow_loss_scale"):  # scalars of the dealing (round.py ROW_SCALE_KEY)
+            continue
+        if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == B:
+            keys.append(key)
+        elif value is not None and not (torch.is_tensor(value) and value.dim() == 0):  # scalars pass through
+            if key not in _warned_compaction:
+                _warned_compaction.add(key)
+                logger.warning("batch compaction off for batches with %r; removed rollouts stay masked", key)
+            return None
+    return keys
+
+
+def trim_padding(batch: dict[str, torch.Tensor]) -> None:
+    """Drop columns that are padding in every selected row (the gathered batch is padded to the longest
+    row of any rank): prompt columns on the left, completion columns on the right."""
+    prompt_cols = batch["prompt_mask"].any(dim=0).nonzero()
+    start = int(prompt_cols[0]) if prompt_cols.numel() else 0
+    completion_cols = batch["completion_mask"].any(dim=0).nonzero()
+    end = int(completion_cols[-1]) + 1 if completion_cols.numel() else 1
+    T = batch["completion_ids"].shape[1]
+    for key, t in list(batch.items()):
+        if key in LEFT_PADDED:
+            batch[key] = t[:, start:]
+        elif t.dim() >= 2 and t.shape[1] == T:
+            batch[key] = t[:, :end]

@@ -32,8 +32,7 @@ from trainer.algorithms.grpo import total_reward
 from trainer.config.errors import ConfigError
 from trainer.methods.dynamic_sampling.ahead import FillAhead
 from trainer.pipeline import step_logs
-from trainer.pipeline.batch import LEFT_PADDED, gather_key, pad_value
-from trainer.pipeline.dealing import row_keys, trim_padding
+from trainer.pipeline.batch import LEFT_PADDED, gather_key, pad_value, row_keys, trim_padding
 from trainer.pipeline.stages import register_config_check, register_hook
 
 logger = logging.getLogger(__name__)
