@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 
 from .registry import register_reward
-from .verifier import DEFAULT_TIMEOUT, verify_batch
+from .verifier import DEFAULT_TIMEOUT, batch_deadline, verify_batch
 
 logger = logging.getLogger(__name__)
 
@@ -146,17 +147,29 @@ def _golds(kwargs: dict, n: int) -> list:
     return golds
 
 
+def _call_deadline(n: int, timeout: float) -> float:
+    """When a reward call over ``n`` completions must be done: one clock for all its verifier calls, so the whole
+    call keeps verify_batch's promise (batch_deadline from the moment it is made)."""
+    return time.monotonic() + batch_deadline(n, timeout)
+
+
 def _verify_completions(completions, golds, timeout: float, prefer: str) -> list[bool | None]:
+    end = _call_deadline(len(completions), timeout)
     preds = [extract_final_answer(completion_text(c), prefer) for c in completions]
-    results = verify_batch(list(zip(preds, golds)), timeout)
+    results = verify_batch(list(zip(preds, golds)), timeout, deadline=end)
     # None = timeout or unparsable gold. A bad gold silently zeroes its prompt forever, so check each such
-    # gold once (a cheap round trip) and warn; timeouts are expected now and then and stay quiet.
+    # gold once (a cheap round trip) and warn; timeouts are expected now and then and stay quiet. The check runs on
+    # the call's clock: one cut short by it is not a verdict, and the gold is checked on a later call.
     suspects = {str(g) for g, p, r in zip(golds, preds, results) if r is None and p} - _checked_golds
     for gold in suspects:
+        check_end = min(end, time.monotonic() + timeout)
+        unparsable = verify_batch([("0", gold)], timeout, deadline=check_end)[0] is None
+        if unparsable and time.monotonic() >= check_end:
+            continue
         if len(_checked_golds) > 100_000:
             _checked_golds.clear()  # bound memory over a long run
         _checked_golds.add(gold)
-        if verify_batch([("0", gold)], timeout)[0] is None:
+        if unparsable:
             logger.warning("gold answer %r does not parse; its completions score as incorrect", gold)
     return results
 
@@ -259,12 +272,13 @@ def _verify_full_text(completions, golds, timeout: float) -> list[bool]:
     first candidate (None = nothing to verify, as math_accuracy's call), then one over the items whose second,
     different candidate is still needed -- not after a first verification that hit the time limit (None), so an item
     spends at most one limit: a timed-out item scores as wrong, as in math_accuracy."""
+    end = _call_deadline(len(completions), timeout)
     cands = [list(dict.fromkeys(full_text_candidates(completion_text(c)))) for c in completions]
-    first = verify_batch([(ps[0] if ps else None, g) for ps, g in zip(cands, golds)], timeout)
+    first = verify_batch([(ps[0] if ps else None, g) for ps, g in zip(cands, golds)], timeout, deadline=end)
     correct = [bool(r) for r in first]
     again = [i for i, ps in enumerate(cands) if len(ps) > 1 and first[i] is False]
     if again:
-        for i, r in zip(again, verify_batch([(cands[i][1], golds[i]) for i in again], timeout)):
+        for i, r in zip(again, verify_batch([(cands[i][1], golds[i]) for i in again], timeout, deadline=end)):
             correct[i] = bool(r)
     return correct
 

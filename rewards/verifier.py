@@ -8,12 +8,15 @@ the rest of the batch, or whatever the caller does next).
 
 Limits, cheapest first:
 
-- before any worker sees it, a prediction longer than MAX_PRED_CHARS, nested deeper than MAX_PRED_DEPTH or
-  with more than MAX_PRED_BRACKETS brackets scores False; a gold over the (looser) MAX_GOLD_* bounds scores
-  None. A string scan in the parent: a flood of ``(((...)))`` costs microseconds, not a time-out;
+- before any worker sees it, a prediction longer than MAX_PRED_CHARS, nested deeper than MAX_PRED_DEPTH, with
+  more than MAX_PRED_BRACKETS brackets, or building an enormous number (``9^{9^{9^9}}``, ``100000000!``:
+  rewards/magnitude.py) scores False; a gold over the (looser) MAX_GOLD_* bounds scores None. Scans in the
+  parent: a flood of ``(((...)))`` costs microseconds, not a time-out;
 - each item has ``timeout`` seconds of wall-clock time in a worker (over it: None, worker killed and replaced);
-- the whole batch has ``batch_timeout`` seconds (default :func:`batch_deadline`) once a worker is ready: items
-  not answered by then score None and the call returns.
+- the whole call has ``batch_timeout`` seconds (default :func:`batch_deadline`) from the moment it is made, waits
+  for a busy or restarting worker included, or ends at the caller's ``deadline`` (a reward that calls several
+  times keeps one clock): items not answered by then score None and the call returns. Only the pool's first
+  start-up in a process is not charged to the call that meets it.
 
 One batch is spread over the pool: the calling thread drives up to MAX_WORKERS workers from one ``poll()`` loop
 (no helper threads) and hands the items out one at a time as workers free up. A slow item holds up one worker,
@@ -26,7 +29,8 @@ trainer's ``__main__`` script in the child (a script without a main guard would 
 A worker parses model output, so it gets a minimal environment (an allowlist, :data:`_ENV_ALLOW`): none of the
 trainer's tokens, keys or passwords.
 
-This file imports only the standard library: the parent never loads sympy; Math-Verify is imported in the
+This file imports only the standard library (and, in the parent, rewards/magnitude.py, which does too): the parent
+never loads sympy; Math-Verify is imported in the
 worker only. Protocol (ASCII JSON lines): the parent sends ``[[gold, pred]]``, one item a line; the worker
 answers one line per item (true / false / null = unparsable gold), in order. :func:`grade_batch` sends
 ``[[gold, completion, grader]]`` instead: another trainer's accuracy reward (TRL's ``accuracy_reward``, open-r1's
@@ -50,6 +54,9 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+
+if __package__:  # the parent (rewards.verifier); a worker runs this file as a script and needs no pre-filter
+    from .magnitude import too_big
 
 DEFAULT_TIMEOUT = 2.0
 MAX_PRED_CHARS = 2000  # an extracted answer longer than this is garbage: scored False without parsing
@@ -95,19 +102,20 @@ def verify_answer(pred_answer: str | None, gold: str | None, timeout: float = DE
     return verify_batch([(pred_answer, gold)], timeout)[0]
 
 
-def verify_batch(pairs, timeout: float = DEFAULT_TIMEOUT, batch_timeout: float | None = None) -> list[bool | None]:
+def verify_batch(pairs, timeout: float = DEFAULT_TIMEOUT, batch_timeout: float | None = None,
+                 deadline: float | None = None) -> list[bool | None]:
     """:func:`verify_answer` for many ``(pred_answer, gold)`` pairs, spread over the worker pool.
 
     ``timeout`` bounds each item's parse+verify: an item that overruns gets None, its worker is killed and
-    replaced, and the rest of the batch goes on. ``batch_timeout`` bounds the whole batch (default
-    :func:`batch_deadline` of the items that pass the bounds): items not answered by then get None. Its clock
-    starts when the first worker is ready, so a call returns within ``batch_timeout`` plus the wait for that
-    worker (other callers' batches; worker start-up, at most STARTUP_TIMEOUT) and a few ms per worker killed.
+    replaced, and the rest of the batch goes on. ``batch_timeout`` bounds the whole call (default
+    :func:`batch_deadline` of the items that pass the bounds) from the moment it is made, waits for a worker
+    (other callers' batches, a replacement still starting) included; ``deadline`` (a ``time.monotonic()``
+    instant, instead of ``batch_timeout``) ends it at the caller's clock. Items not answered by then get None;
+    the call returns within its time plus a few ms per worker killed (and, once per process, the pool's first
+    start-up, at most STARTUP_TIMEOUT).
     """
-    if not timeout or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if batch_timeout is not None and not batch_timeout > 0:
-        raise ValueError(f"batch_timeout must be a positive number of seconds or None, got {batch_timeout!r}")
+    called = time.monotonic()
+    _check_limits(timeout, batch_timeout)
     results: list[bool | None] = [None] * len(pairs)
     todo: list[tuple[int, str, str]] = []
     for i, (pred, gold) in enumerate(pairs):
@@ -115,17 +123,32 @@ def verify_batch(pairs, timeout: float = DEFAULT_TIMEOUT, batch_timeout: float |
         pred = "" if pred is None else str(pred).strip()
         if not gold or len(gold) > MAX_GOLD_CHARS or _over_nested(gold, MAX_GOLD_DEPTH, MAX_GOLD_BRACKETS):
             results[i] = None
-        elif not pred or len(pred) > MAX_PRED_CHARS or _over_nested(pred, MAX_PRED_DEPTH, MAX_PRED_BRACKETS):
-            results[i] = False  # bounded before any parsing: a huge or bracket-flooded answer costs nothing
+        elif (not pred or len(pred) > MAX_PRED_CHARS or _over_nested(pred, MAX_PRED_DEPTH, MAX_PRED_BRACKETS)
+              or too_big(pred)):
+            results[i] = False  # bounded before any parsing: a huge, flooded or number-bomb answer costs nothing
         else:
             todo.append((i, gold, pred))
     if todo:
         pool = _pool()
-        if batch_timeout is None:
-            batch_timeout = batch_deadline(len(todo), timeout, pool.size)
-        for (i, _, _), r in zip(todo, pool.run([(g, p) for _, g, p in todo], timeout, batch_timeout)):
+        end = _end(called, len(todo), timeout, batch_timeout, deadline, pool.size)
+        for (i, _, _), r in zip(todo, pool.run([(g, p) for _, g, p in todo], timeout, end)):
             results[i] = r
     return results
+
+
+def _check_limits(timeout: float, batch_timeout: float | None) -> None:
+    if not timeout or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if batch_timeout is not None and not batch_timeout > 0:
+        raise ValueError(f"batch_timeout must be a positive number of seconds or None, got {batch_timeout!r}")
+
+
+def _end(called: float, n_items: int, timeout: float, batch_timeout: float | None, deadline: float | None,
+         workers: int) -> float:
+    """The ``time.monotonic()`` instant a call made at ``called`` ends (verify_batch's docstring)."""
+    if deadline is not None:
+        return deadline
+    return called + (batch_deadline(n_items, timeout, workers) if batch_timeout is None else batch_timeout)
 
 
 # Other trainers' accuracy rewards, run in the worker with their own Math-Verify settings (see _worker_main):
@@ -135,17 +158,18 @@ GRADERS = ("trl", "open_r1")
 NO_GOLD = "no_gold"
 
 
-def grade_batch(pairs, grader: str, timeout: float = DEFAULT_TIMEOUT,
-                batch_timeout: float | None = None) -> list[bool | str | None]:
+def grade_batch(pairs, grader: str, timeout: float = DEFAULT_TIMEOUT, batch_timeout: float | None = None,
+                deadline: float | None = None) -> list[bool | str | None]:
     """Another trainer's accuracy check of whole completions: ``(completion_text, gold)`` pairs graded as ``grader``
     (one of :data:`GRADERS`) grades them, each item under the hard ``timeout`` of :func:`verify_batch` (and the
     batch under ``batch_timeout``). True / False; :data:`NO_GOLD` when that reward cannot parse the gold; None when
     the item ran out of time. The prediction bounds of :func:`verify_batch` do not apply (the item is a whole
-    completion, extracted in the worker as that trainer does); the gold bounds give :data:`NO_GOLD`."""
+    completion, extracted in the worker as that trainer does); the gold bounds give :data:`NO_GOLD`. The call's
+    clock is :func:`verify_batch`'s."""
+    called = time.monotonic()
     if grader not in GRADERS:
         raise ValueError(f"grader must be one of {GRADERS}, got {grader!r}")
-    if not timeout or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    _check_limits(timeout, batch_timeout)
     results: list[bool | str | None] = [None] * len(pairs)
     todo: list[tuple[int, str, str]] = []
     for i, (pred, gold) in enumerate(pairs):
@@ -156,9 +180,8 @@ def grade_batch(pairs, grader: str, timeout: float = DEFAULT_TIMEOUT,
             todo.append((i, gold, "" if pred is None else str(pred)))
     if todo:
         pool = _pool()
-        if batch_timeout is None:
-            batch_timeout = batch_deadline(len(todo), timeout, pool.size)
-        for (i, _, _), r in zip(todo, pool.run([(g, p, grader) for _, g, p in todo], timeout, batch_timeout)):
+        end = _end(called, len(todo), timeout, batch_timeout, deadline, pool.size)
+        for (i, _, _), r in zip(todo, pool.run([(g, p, grader) for _, g, p in todo], timeout, end)):
             results[i] = r
     return results
 
@@ -277,13 +300,17 @@ class _Pool:
         self.size, self.count, self.idle = max(1, size), 0, []
         self.cv = threading.Condition()
         self.started = 0  # items a worker began on (restarts after a kill included): what cost worker time
+        self.warm = False  # a worker of this pool has been ready once
 
-    def _take(self, block: bool) -> _Worker | None:
+    def _take(self, block: bool, until: float | None = None) -> _Worker | None:
         """An idle worker, else a new one in a free slot (both possibly still starting); None if none is free
-        and not ``block``."""
+        and not ``block``, or none came free by ``until`` (a ``time.monotonic()`` instant)."""
         with self.cv:
             while block and not self.idle and self.count >= self.size:
-                self.cv.wait()
+                left = None if until is None else until - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self.cv.wait(left)
             if not self.idle and self.count >= self.size:
                 return None
             worker = self.idle.pop() if self.idle else None
@@ -303,6 +330,7 @@ class _Pool:
         worker = self._take(block=True)
         try:
             worker.ensure_ready()
+            self.warm = True
             return worker
         except BaseException:
             self.release(None)
@@ -325,15 +353,24 @@ class _Pool:
         for worker in idle:
             worker.close()
 
-    def run(self, items: list[tuple[str, str]], timeout: float, batch_timeout: float) -> list[bool | None]:
-        """Results for ``items`` ((gold, pred) pairs) from up to ``size`` workers at once (module doc)."""
+    def run(self, items: list[tuple[str, str]], timeout: float, end: float) -> list[bool | None]:
+        """Results for ``items`` ((gold, pred) pairs) from up to ``size`` workers at once, by ``end`` (a
+        ``time.monotonic()`` instant; module doc)."""
         out: list[bool | None] = [None] * len(items)
         pending = deque(range(len(items)))
         want = min(self.size, len(items))
         # One item per worker at a time: an item queued behind a slow one in the same pipe could wait a whole
         # limit while another worker idles. The round trip per item costs ~0.1 ms (an item ~30 ms).
-        lanes = [self.acquire()]  # waits for a worker (other batches, start-up) before the batch clock starts
-        end = time.monotonic() + batch_timeout
+        if not self.warm:  # the pool's first start-up in this process (imports): paid once, not by this call
+            waited = time.monotonic()
+            lanes = [self.acquire()]
+            self.warm = True
+            end += time.monotonic() - waited
+        else:  # waiting for a worker (other batches, a replacement still starting) is on the call's clock
+            first = self._take(block=True, until=end)
+            if first is None:
+                return out
+            lanes = [first]
         finished = False
         try:
             while pending or any(w.item is not None for w in lanes):

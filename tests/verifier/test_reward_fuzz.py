@@ -247,8 +247,8 @@ class VerifierSpy:
     def __init__(self) -> None:
         self.calls: list[tuple[list[bool], list]] = []
 
-    def __call__(self, pairs, timeout=verifier.DEFAULT_TIMEOUT):
-        results = _ORIGINAL_VERIFY_BATCH(pairs, timeout)
+    def __call__(self, pairs, timeout=verifier.DEFAULT_TIMEOUT, **clock):
+        results = _ORIGINAL_VERIFY_BATCH(pairs, timeout, **clock)
         sent = []
         for pred, gold in pairs:
             p = "" if pred is None else str(pred).strip()

@@ -24,7 +24,9 @@ from rewards.math import (  # noqa: E402
 
 LIMIT = 1.0  # short limit keeps the timeout tests fast
 MARGIN = 1.5
-BOMB = "9^{9^{9^{9}}}"  # sympy never finishes comparing this with 1
+# Slow within every bound of the pre-filter: bare braces exactly MAX_PRED_DEPTH deep, which Math-Verify's parser does
+# not finish within 5 s (number bombs such as 9^{9^{9^{9}}} score False before any worker now: rewards/magnitude.py)
+BOMB = "{" * verifier.MAX_PRED_DEPTH + "1" + "}" * verifier.MAX_PRED_DEPTH
 
 # (gold, prediction, verifier result). The table documents the verifier as it is: rows where Math-Verify
 # departs from the mathematically right answer are kept with its actual result and a "LIMITATION" comment.

@@ -11,21 +11,23 @@ machine's scheduling of the parent. ``_Pool.started`` counts the items a worker 
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from rewards import verifier
+from rewards.magnitude import too_big
 from rewards.math_rewards import extract_final_answer, make_math_accuracy
 
 LIMIT = 1.0  # per-item limit where it should end an item (short keeps the tests fast)
 MARGIN = 1.5
-BOMB = "9^{9^{9^{9}}}"  # sympy never finishes comparing this with 1; no brackets to speak of
 FLOOD = "\\boxed{" + "(" * 600 + ")" * 600 + "}"  # 1.2k characters: under MAX_PRED_CHARS, 600 deep
 # Slips past the bracket bounds (exactly MAX_PRED_DEPTH deep) and still never parses in time: bare braces cost the
 # parser ~1.3 s at 10 deep, ~5 s at 14 deep on a 2-core box; 20 deep does not finish within 5 s.
 DEEP_BRACES = "{" * verifier.MAX_PRED_DEPTH + "1" + "}" * verifier.MAX_PRED_DEPTH
+BOMB = DEEP_BRACES  # the slow item that reaches a worker (number bombs do not: test_number_bombs_never_reach_a_worker)
 ORDINARY = [("\\frac12", "0.5", True), ("3", "3", True), ("4", "5", False), ("2\\sqrt2", "\\sqrt8", True)]
 SECRETS = {
     "WANDB_API_KEY": "wandb-secret-0123456789", "HF_TOKEN": "hf_secretsecretsecret", "AWS_SECRET_ACCESS_KEY": "s3cr3t",
@@ -179,3 +181,66 @@ def test_batch_timeout_is_validated():
     for bad in (0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="batch_timeout"):
             verifier.verify_batch([("1", "1")], LIMIT, batch_timeout=bad)
+
+
+# Inputs inside the character and bracket bounds that built enormous numbers in the parser: each held a worker for its
+# whole limit (8 of them: 6.0-6.5 s a math_accuracy / dapo_accuracy call at the default 2 s limit on this 2-core box).
+NUMBER_BOMBS = ["9^{9^{9^{9}}}", "9^{9^{9}}", "2^" * 30 + "2", "100000000!", "(10^6)!", "\\binom{10^8}{5\\cdot10^7}",
+                "\\prod_{k=1}^{1000000} k", "\\sum_{n=1}^{10^{9}} n", "x^{9^{9^9}}", "2^{-10^{8}}", "3+9^{9^{9}}"]
+# Large but cheap (measured, one item each: 0.01-0.8 s) or symbolic: these still go to a worker and verify.
+BIG_ANSWERS = [("2^{2^{10}}", "2^{1024}", True), ("1000!", "1000!", True),
+               ("\\binom{100}{50}", "\\binom{100}{50}", True), ("2^{2^n}+1", "2^{2^n}+1", True),
+               ("x^{10^8}", "x^{100000000}", True), ("\\sum_{k=1}^{n} k^2", "\\sum_{k=1}^{n} k^2", True)]
+
+
+def test_number_bombs_never_reach_a_worker(private_pool):
+    """A batch of number bombs scores False with no worker time; real answers, large ones among them, still verify
+    (the pre-filter, rewards/magnitude.py, follows each numeric sub-expression's size)."""
+    for bomb in NUMBER_BOMBS:
+        assert too_big(bomb), bomb
+    for gold, pred, _ in REAL_ANSWERS + ORDINARY + BIG_ANSWERS:
+        assert not too_big(gold) and not too_big(pred), (gold, pred)
+    assert not too_big("10^{10^{6}}") and not too_big("2^{10^{7}}") and not too_big("100000!")  # at the bounds
+    garbage = ["}}}))", "^^^!!", "!" * 50, "\\frac\\frac", "^" * 1900, "2^" * 900 + "1", "", "₀!", "❻^{⑹}", "2^{₀}"]
+    for text in garbage:
+        too_big(text)  # never raises
+    _warm(private_pool)
+    results, elapsed = _timed(verifier.verify_batch, [(b, "1") for b in NUMBER_BOMBS], LIMIT)
+    assert results == [False] * len(NUMBER_BOMBS) and private_pool.started == 0
+    assert elapsed < 0.5
+    assert verifier.verify_batch([(p, g) for g, p, _ in BIG_ANSWERS], 10.0) == [e for *_, e in BIG_ANSWERS]
+
+
+def test_the_call_clock_counts_the_wait_for_a_worker(private_pool):
+    """Every worker is held by another caller: the call returns at its own batch_timeout with its items unscored
+    and none started (it used to wait for a worker first and only then start its clock)."""
+    _warm(private_pool)
+    held = [private_pool.acquire() for _ in range(private_pool.size)]
+    # handed back after 4 s at the latest, so a call that waits for a worker off its clock fails instead of hanging
+    give_back = threading.Timer(4.0, lambda: [private_pool.release(w) for w in held])
+    give_back.start()
+    try:
+        results, elapsed = _timed(verifier.verify_batch, [("1", "1"), ("2", "2")], LIMIT, batch_timeout=0.5)
+        assert results == [None, None] and private_pool.started == 0
+        assert elapsed <= 0.5 + MARGIN
+        past = time.monotonic() - 1.0
+        assert verifier.grade_batch([("\\boxed{1}", "1")], "trl", LIMIT, deadline=past) == [None]
+    finally:
+        give_back.join()
+    assert verifier.verify_batch([("1", "1")], LIMIT) == [True]
+
+
+def test_a_reward_call_keeps_one_clock_through_restarts_and_the_gold_check(private_pool):
+    """Back-to-back math_accuracy calls over 8 slow items each: a call kills its overrunning workers at its
+    deadline, so the next one meets replacements still starting, and each checks its unseen golds after the batch.
+    Both used to run past the call's deadline (3.2-3.5 s a call against 3.0 here); now the wait and the check are on
+    the call's clock, so four calls take four deadlines and a few ms per kill."""
+    _warm(private_pool)
+    reward = make_math_accuracy(timeout=LIMIT)
+    calls = 4
+    deadline = verifier.batch_deadline(8, LIMIT, private_pool.size)
+    t0 = time.monotonic()
+    for k in range(calls):
+        scores = reward(completions=["\\boxed{" + BOMB + "}"] * 8, answer=[f"{k}{j}" for j in range(8)])
+        assert scores == [0.0] * 8
+    assert time.monotonic() - t0 <= calls * deadline + 1.0
