@@ -7,7 +7,10 @@ random Qwen3; the trainer trains the same recipe against it with ``weight_sync: 
 between the first and the last step's end, over that time. The phases are the trainer's own timings
 (``timing_s/*``, seconds per step) and the overlap's waits (``async/*``). What the staleness costs: the ratio of the
 policy being trained to the sampler on the trained tokens (``async/is_ratio/*``, ``async/abs_log_ratio/mean``),
-s = 0 against s = 1; ``--lr`` sets how far one step moves the policy. ``--dynamic-sampling``: DAPO's refill rounds
+s = 0 against s = 1, and what the correction does about it: a third mode, s = 1 with TRL's
+``vllm_importance_sampling_correction`` (the truncated weight pi_old / pi_sampler, ``sampling/*``: the default a
+recipe with ``max_staleness`` > 0 is warned towards), with each mode's reward per step; ``--lr`` sets how far one
+step moves the policy. ``--dynamic-sampling``: DAPO's refill rounds
 on, with a reward that makes every third prompt's group constant (up to 3 rounds a batch): at s = 1 the rounds are
 decided on each batch's arrival and generated from its weights (docs/server.md, "Dynamic sampling").
 
@@ -48,8 +51,11 @@ class StepClock:
         self.ends.append(time.perf_counter())
 
 
-def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Path) -> dict:
-    """One training run; its throughput and mean phase times."""
+MODES = (("sync", 0, False), ("s=1", 1, False), ("s=1+IS", 1, True))  # name, max_staleness, the IS correction
+
+
+def run(url: str, model: str, staleness: int, correction: bool, opts: argparse.Namespace, out: Path) -> dict:
+    """One training run; its throughput, mean phase times, ratio statistics and reward per step."""
     from harness import BASE_ARGS, prompt_dataset, reward_parity_constant_for_multiples_of, reward_token_parity
 
     from trainer import WinnowConfig, WinnowGRPOTrainer
@@ -57,7 +63,7 @@ def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Pat
     args = WinnowConfig(output_dir=str(out), **{
         **BASE_ARGS, "use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": url,
         "vllm_server_timeout": 120, "vllm_request_timeout": 300, "weight_sync": "disk",
-        "vllm_importance_sampling_correction": False, "max_staleness": staleness, "max_steps": opts.steps,
+        "vllm_importance_sampling_correction": correction, "max_staleness": staleness, "max_steps": opts.steps,
         "per_device_train_batch_size": opts.rollouts, "num_generations": 8,
         "max_completion_length": opts.completion_tokens, "temperature": 1.0, "learning_rate": opts.lr,
         "lr_scheduler_type": "constant",
@@ -73,22 +79,30 @@ def run(url: str, model: str, staleness: int, opts: argparse.Namespace, out: Pat
     trainer.train()
     steps = len(clock.ends) - 1
     seconds = clock.ends[-1] - clock.ends[0]
-    history = [h for h in trainer.state.log_history if "loss" in h and "train_runtime" not in h][1:]
+    logged = [h for h in trainer.state.log_history if "loss" in h and "train_runtime" not in h]
+    history = logged[1:]
 
     def mean(key: str) -> float | None:
         values = [h[key] for h in history if key in h]
         return statistics.fmean(values) if values else None
 
     phases = {k: mean(k) for k in ("timing_s/generation", "timing_s/weight_sync", "timing_s/loss_fwd_bwd",
+                                   "timing_s/old_logps",
                                    "timing_s/step", "async/generation_wait_s", "async/sync_wait_s",
                                    "async/train_wait_s", "dynamic_sampling/gen_batches")}
     # what the staleness costs: the policy-to-sampler ratio on the trained tokens (trainer/loss/forward.py)
     ratios = {"async/is_ratio/mean": mean("async/is_ratio/mean"),
               "async/abs_log_ratio/mean": mean("async/abs_log_ratio/mean"),
               "async/is_ratio/min": min((h["async/is_ratio/min"] for h in history), default=None),
-              "async/is_ratio/max": max((h["async/is_ratio/max"] for h in history), default=None)}
-    return {"staleness": staleness, "rollouts_per_s": steps * opts.rollouts / seconds,
-            "seconds_per_step": seconds / steps,
+              "async/is_ratio/max": max((h["async/is_ratio/max"] for h in history), default=None),
+              # TRL's own, with the correction on: the truncated weight it applied, and the log-prob gap behind it
+              "sampling/importance_sampling_ratio/mean": mean("sampling/importance_sampling_ratio/mean"),
+              "sampling/importance_sampling_ratio/min": min(
+                  (h["sampling/importance_sampling_ratio/min"] for h in history
+                   if "sampling/importance_sampling_ratio/min" in h), default=None),
+              "sampling/sampling_logp_difference/mean": mean("sampling/sampling_logp_difference/mean")}
+    return {"staleness": staleness, "correction": correction, "rollouts_per_s": steps * opts.rollouts / seconds,
+            "seconds_per_step": seconds / steps, "reward_per_step": [h.get("reward") for h in logged],
             **{k: v for k, v in {**phases, **ratios}.items() if v is not None}}
 
 
@@ -128,10 +142,10 @@ def main() -> None:
     finished = False
     try:
         for rep in range(opts.reps):
-            for staleness in (0, 1):
-                result = run(proc.base_url, model, staleness, opts, work / f"run-{rep}-{staleness}")
-                results.append(result)
-                print(f"rep {rep} s={staleness}: {result['rollouts_per_s']:.1f} rollouts/s, "
+            for name, staleness, correction in MODES:
+                result = run(proc.base_url, model, staleness, correction, opts, work / f"run-{rep}-{name}")
+                results.append({"mode": name, **result})
+                print(f"rep {rep} {name}: {result['rollouts_per_s']:.1f} rollouts/s, "
                       f"{result['seconds_per_step']:.3f} s/step, phases {result}", flush=True)
         finished = True
     finally:
@@ -140,20 +154,32 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"the runs' folders and the server's log are kept in {work}", file=sys.stderr)
-    by = {s: [r["rollouts_per_s"] for r in results if r["staleness"] == s] for s in (0, 1)}
-    ratio = statistics.median(by[1]) / statistics.median(by[0])
-    print(f"\nrollouts trained per second (median of {opts.reps}): sync {statistics.median(by[0]):.1f}, "
-          f"s=1 {statistics.median(by[1]):.1f} -> {ratio:.2f}x")
-    for s in (0, 1):
-        runs = [r for r in results if r["staleness"] == s and "async/abs_log_ratio/mean" in r]
+    by = {name: [r["rollouts_per_s"] for r in results if r["mode"] == name] for name, _, _ in MODES}
+    ratio = statistics.median(by["s=1"]) / statistics.median(by["sync"])
+    print(f"\nrollouts trained per second (median of {opts.reps}): "
+          + ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in by.items())
+          + f" -> s=1 / sync {ratio:.2f}x, s=1+IS / sync "
+          f"{statistics.median(by['s=1+IS']) / statistics.median(by['sync']):.2f}x")
+    for name, _, _ in MODES:
+        runs = [r for r in results if r["mode"] == name and "async/abs_log_ratio/mean" in r]
         if runs:
-            print(f"s={s}: policy/sampler ratio on trained tokens: mean |log ratio| "
+            print(f"{name}: policy/sampler ratio on trained tokens: mean |log ratio| "
                   f"{statistics.fmean(r['async/abs_log_ratio/mean'] for r in runs):.2e}, ratio mean "
                   f"{statistics.fmean(r['async/is_ratio/mean'] for r in runs):.4f}, min "
                   f"{min(r['async/is_ratio/min'] for r in runs):.3f}, "
                   f"max {max(r['async/is_ratio/max'] for r in runs):.3f}")
+        weighted = [r for r in results if r["mode"] == name and "sampling/importance_sampling_ratio/mean" in r]
+        if weighted:
+            print(f"{name}: TRL's truncated weight pi_old/pi_sampler: mean "
+                  f"{statistics.fmean(r['sampling/importance_sampling_ratio/mean'] for r in weighted):.4f}, min "
+                  f"{min(r['sampling/importance_sampling_ratio/min'] for r in weighted):.3f}")
+        curves = [r["reward_per_step"] for r in results if r["mode"] == name]
+        print(f"{name}: reward per step (mean of {len(curves)} runs): "
+              + " ".join(f"{statistics.fmean(c[i] for c in curves):.3f}" for i in range(min(map(len, curves)))))
     if opts.json:
         benchlib.write_json(opts.json, {"bench": "overlap_speed", "runs": results, "ratio_s1_vs_sync": ratio,
+                                        "ratio_s1_is_vs_sync": statistics.median(by["s=1+IS"])
+                                        / statistics.median(by["sync"]),
                                         "settings": vars(opts), "server_core": SERVER_CORE,
                                         "trainer_core": TRAINER_CORE})
 

