@@ -172,3 +172,20 @@ def test_prompt_digest_sees_order_and_tokens_not_padding():
     halves = prompt_digest({"prompt_ids": ids[:1], "prompt_mask": mask[:1]},
                            _TwoProcesses({"prompt_ids": ids[1:], "prompt_mask": mask[1:]}))
     assert halves == digest
+
+
+def test_every_reader_of_metrics_jsonl_passes_over_a_line_a_kill_cut_short(tmp_path):
+    """One reader (trainer/tools/run_artifacts.read_records) for the plot, the eval report's curves and the
+    comparison: a run killed while writing its last record leaves half a line, which all of them pass over."""
+    from trainer.eval.report import read_run_metrics
+    from trainer.tools.run_artifacts import read_metrics
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "reward": 0.7}\n\n{"step": 3, "rew')
+    assert [r["step"] for r in plan.read_records(run)] == [1, 2]
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
+    assert [r["step"] for r in read_run_metrics(run)] == [1, 2]
+    assert plan.read_records(tmp_path / "absent") == []
+    with pytest.raises(FileNotFoundError):
+        read_run_metrics(tmp_path / "absent")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainer.config.errors import RecipeError
+from trainer.tools import run_artifacts
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 STATUS_FILE = "compare-status.json"
@@ -102,15 +103,7 @@ def plan(recipe: str, arms: list[Arm], seeds: list[int], output_dir: str | Path,
 def read_records(run_dir: Path) -> list[dict]:
     """The records of a run's ``metrics.jsonl`` in order ([] when absent), passing over a line a kill cut short."""
     path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+    return run_artifacts.read_records(path) if path.is_file() else []
 
 
 def finished_training(records: list[dict]) -> bool:

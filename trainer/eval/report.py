@@ -11,13 +11,14 @@ Plots use matplotlib's headless Agg backend.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trainer.tools.run_artifacts import read_records
 
 MISSING = "–"
 
@@ -109,9 +110,7 @@ def plot_benchmarks(
 
 def read_run_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """All records of ``<run_dir>/metrics.jsonl`` that carry a ``step`` (FileNotFoundError if absent)."""
-    jsonl = Path(run_dir) / "metrics.jsonl"
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
-    return [r for r in rows if isinstance(r, dict) and "step" in r]
+    return [r for r in read_records(Path(run_dir) / "metrics.jsonl") if "step" in r]
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:

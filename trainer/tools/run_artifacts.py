@@ -111,10 +111,24 @@ def quiet_tied_weight_warning(trainer: Any) -> None:
     logger.addFilter(_TiedKeysFilter(trainer))
 
 
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """Every record of a ``metrics.jsonl``, in order (FileNotFoundError if absent). A line that does not parse -- the
+    last one of a run killed while writing it -- is passed over: the one reader of the file for every caller (the
+    plot, the eval report's curves, winnow-compare)."""
+    records = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Training-step records of a ``metrics.jsonl`` (those that carry a ``reward``), in order."""
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    return [r for r in rows if "reward" in r]
+    return [r for r in read_records(path) if "reward" in r]
 
 
 def plot_metrics(jsonl: str | Path, png: str | Path) -> Path:
