@@ -29,7 +29,7 @@ _BIG_OPERATORS = {"\\prod", "\\sum"}
 _TIMES = {"*", "\\cdot", "\\times", "/", "\\div"}
 _DECORATIONS = {"\\left", "\\right", "\\big", "\\Big", "\\bigg", "\\Bigg", "\\displaystyle", "\\,", "\\!", "\\;"}
 _SIGNS = {"-", "+", "\\pm", "\\mp"}
-_OPENERS = {"{": "}", "(": ")", "[": "]"}
+_OPENERS = {"{", "(", "["}
 _CLOSERS = {"}", ")", "]"}
 
 

@@ -30,12 +30,12 @@ A worker parses model output, so it gets a minimal environment (an allowlist, :d
 trainer's tokens, keys or passwords.
 
 This file imports only the standard library (and, in the parent, rewards/magnitude.py, which does too): the parent
-never loads sympy; Math-Verify is imported in the
-worker only. Protocol (ASCII JSON lines): the parent sends ``[[gold, pred]]``, one item a line; the worker
-answers one line per item (true / false / null = unparsable gold), in order. :func:`grade_batch` sends
-``[[gold, completion, grader]]`` instead: another trainer's accuracy reward (TRL's ``accuracy_reward``, open-r1's
-``accuracy``: :data:`GRADERS`) with its own Math-Verify settings on the whole completion, under the same hard limits;
-its answer is true / false / "no_gold" (that reward could not parse the gold).
+never loads sympy; Math-Verify is imported in the worker only. Protocol (ASCII JSON lines): the parent sends
+``[[gold, pred]]``, one item a line; the worker answers one line per item (true / false / null = unparsable gold), in
+order. :func:`grade_batch` sends ``[[gold, completion, grader]]`` instead: another trainer's accuracy reward (TRL's
+``accuracy_reward``, open-r1's ``accuracy``: :data:`GRADERS`) with its own Math-Verify settings on the whole
+completion, under the same hard limits; its answer is true / false / "no_gold" (that reward could not parse the
+gold).
 """
 
 from __future__ import annotations
@@ -363,8 +363,7 @@ class _Pool:
         # limit while another worker idles. The round trip per item costs ~0.1 ms (an item ~30 ms).
         if not self.warm:  # the pool's first start-up in this process (imports): paid once, not by this call
             waited = time.monotonic()
-            lanes = [self.acquire()]
-            self.warm = True
+            lanes = [self.acquire()]  # sets warm
             end += time.monotonic() - waited
         else:  # waiting for a worker (other batches, a replacement still starting) is on the call's clock
             first = self._take(block=True, until=end)

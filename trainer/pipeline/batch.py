@@ -28,6 +28,11 @@ import torch
 
 from trainer.algorithms.grpo import group_index, group_view, total_reward
 
+# The dealing's per-micro-batch facts (trainer/pipeline/round.py), as it writes them into TRL's batch dicts (and a
+# mid-batch checkpoint stores them: trainer/guards/generation_resume.py); a MicroBatch carries them as attributes.
+ROW_SCALE_KEY = "winnow_loss_scale"
+ALL_DROPPED_KEY = "winnow_all_dropped"
+KEPT_KEY = "winnow_kept"  # per-row bool the dealing adds to TRL's batch dict so its split carries it with the rows
 logger = logging.getLogger(__name__)
 _warned_compaction: set[str] = set()  # keys already warned of, once each
 
@@ -201,7 +206,7 @@ def row_keys(output: dict[str, Any]) -> list[str] | None:
     B = output["completion_ids"].shape[0]
     keys = []
     for key, value in output.items():
-        if key in ("num_items_in_batch", "winnow_loss_scale"):  # scalars of the dealing (round.py ROW_SCALE_KEY)
+        if key in ("num_items_in_batch", ROW_SCALE_KEY):
             continue
         if torch.is_tensor(value) and value.dim() >= 1 and value.shape[0] == B:
             keys.append(key)

@@ -85,15 +85,19 @@ from trainer.algorithms.deal_plan import PROPORTIONAL, VERL_MINIBATCH, DealPlan,
 from trainer.algorithms.normalisers import BATCH_TOKEN_NORMALISED, ROW_NORMALISED
 from trainer.algorithms.rank_balance import balanced_shares, round_robin_counts, round_robin_shares
 from trainer.pipeline import stages, step_logs, token_budget
-from trainer.pipeline.batch import GatheredRows, RolloutBatch, gather_padded, row_keys, trim_padding
+from trainer.pipeline.batch import (
+    ALL_DROPPED_KEY,
+    KEPT_KEY,
+    ROW_SCALE_KEY,
+    GatheredRows,
+    RolloutBatch,
+    gather_padded,
+    row_keys,
+    trim_padding,
+)
 from trainer.pipeline.stages import BuiltHooks
 from trainer.pipeline.step_logs import PhaseTimer
 
-# The dealing's per-micro-batch facts, as the dealing writes them into its dicts (and a mid-batch checkpoint stores
-# them: trainer/guards/generation_resume.py); a MicroBatch carries them as attributes instead.
-ROW_SCALE_KEY = "winnow_loss_scale"
-ALL_DROPPED_KEY = "winnow_all_dropped"
-KEPT_KEY = "winnow_kept"  # per-row bool the dealing adds to TRL's batch dict so its split carries it with the rows
 _warned_redeal: set[str] = set()  # keys already warned of, once each
 logger = logging.getLogger(__name__)
 
